@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building and testing ernie.cpp needs.
+# Idempotent and non-interactive; only Debian's own repositories are used.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config          # compiler and build system
+  libgtest-dev libgmock-dev libbenchmark-dev # unit tests and microbenchmarks
+  libsentencepiece-dev                       # tokenizer.model (SentencePiece BPE)
+  nlohmann-json3-dev                         # config.json, safetensors headers
+  clang libclang-rt-14-dev                   # libFuzzer for the header fuzzer
+  python3 python3-numpy                      # the independent numpy reference in tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+echo "install-deps: installing ${missing[*]}"
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,11 @@
+// The subcommands of the `ernie` executable. Each parses its own flags from
+// argv[2..] and returns the process exit status; errors propagate as ernie::Error.
+#pragma once
+
+namespace ernie {
+
+int run_command(int argc, char** argv);     // ernie run
+int logits_command(int argc, char** argv);  // ernie logits
+int synth_command(int argc, char** argv);   // ernie synth
+
+}  // namespace ernie

@@ -1,0 +1,65 @@
+#include "kernels/ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ernie {
+
+void rms_norm(const float* x, int64_t n, int64_t h, const float* weight, float eps, float* y) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = x + t * h;
+    double sum_squares = 0.0;
+    for (int64_t i = 0; i < h; ++i) sum_squares += static_cast<double>(row[i]) * row[i];
+    const float inverse_rms = static_cast<float>(1.0 / std::sqrt(sum_squares / static_cast<double>(h) + eps));
+    float* out = y + t * h;
+    for (int64_t i = 0; i < h; ++i) out[i] = weight[i] * (row[i] * inverse_rms);
+  }
+}
+
+std::vector<float> rope_inverse_frequencies(int head_dim, double theta) {
+  std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
+  for (int i = 0; i < head_dim / 2; ++i)
+    inv_freq[static_cast<size_t>(i)] = static_cast<float>(std::pow(theta, -2.0 * i / head_dim));
+  return inv_freq;
+}
+
+void apply_rope(float* heads, int num_heads, int head_dim, float position, const float* inv_freq) {
+  const int pairs = head_dim / 2;
+  for (int i = 0; i < pairs; ++i) {
+    // The angle is formed in fp32 as the reference does; cos/sin of it are exact-rounded.
+    const float angle = position * inv_freq[i];
+    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+    const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+    for (int head = 0; head < num_heads; ++head) {
+      float* pair = heads + head * head_dim + 2 * i;
+      const float even = pair[0], odd = pair[1];
+      pair[0] = even * c - odd * s;
+      pair[1] = odd * c + even * s;
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void softmax(float* values, int64_t count) {
+  if (count <= 0) return;
+  const float max_value = *std::max_element(values, values + count);
+  double sum = 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    values[i] = std::exp(values[i] - max_value);
+    sum += values[i];
+  }
+  const float inverse = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < count; ++i) values[i] *= inverse;
+}
+
+void add_scaled(float* dst, const float* src, float scale, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] += scale * src[i];
+}
+
+}  // namespace ernie

@@ -1,0 +1,28 @@
+// Element-wise and row-wise operations of the ERNIE forward pass, in fp32.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ernie {
+
+// y[t] = w ⊙ x[t] / sqrt(mean(x[t]²) + eps) for each of n rows of width h. y may be x.
+void rms_norm(const float* x, int64_t n, int64_t h, const float* weight, float eps, float* y);
+
+// Inverse frequencies θ^(−2i/head_dim), i < head_dim/2, as the reference computes them.
+std::vector<float> rope_inverse_frequencies(int head_dim, double theta);
+
+// Rotates the adjacent pairs (2i, 2i+1) of each of `num_heads` heads in place by the
+// angles position · inv_freq[i] (spec §2.2, "GLM style", not NeoX halves).
+void apply_rope(float* heads, int num_heads, int head_dim, float position, const float* inv_freq);
+
+// gate[i] = silu(gate[i]) * up[i].
+void silu_mul(float* gate, const float* up, int64_t count);
+
+// In-place softmax over `count` values, computed in fp32 with the max subtracted.
+void softmax(float* values, int64_t count);
+
+// dst[i] += scale * src[i].
+void add_scaled(float* dst, const float* src, float scale, int64_t count);
+
+}  // namespace ernie

@@ -1,0 +1,52 @@
+// A checkpoint directory's tensors: one model.safetensors, or shards listed by
+// model.safetensors.index.json. Tensors are views into the mapped files (zero-copy).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/safetensors.h"
+
+namespace ernie {
+
+struct TensorView {
+  const TensorInfo* info = nullptr;
+  const uint8_t* data = nullptr;
+  const std::string* file = nullptr;  // the shard it lives in, for messages
+
+  const std::string& name() const { return info->name; }
+  DType dtype() const { return info->dtype; }
+  const std::vector<int64_t>& shape() const { return info->shape; }
+};
+
+class Checkpoint {
+ public:
+  // Opens MODEL_DIR: model.safetensors.index.json if present, else model.safetensors.
+  static std::unique_ptr<Checkpoint> open(const std::string& model_dir);
+
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  // Throws "missing tensor NAME (expected shape ...)" when absent. Marks it used.
+  TensorView take(const std::string& name, const std::vector<int64_t>& expected_shape_for_message = {});
+  // Returns the tensor if present and marks it used.
+  const TensorView* take_if_present(const std::string& name);
+
+  std::vector<std::string> names() const;
+  std::vector<std::string> unused_names() const;
+  size_t num_files() const { return files_.size(); }
+  uint64_t total_tensor_bytes() const;
+  // "__metadata__" of the first file, e.g. {"format": "pt"} or {"format": "np"}.
+  const std::map<std::string, std::string>& metadata() const;
+
+ private:
+  void add_file(const std::string& path, const std::set<std::string>* expected_names);
+
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, TensorView> tensors_;
+  std::set<std::string> used_;
+};
+
+}  // namespace ernie

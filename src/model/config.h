@@ -1,0 +1,69 @@
+// The typed, validated form of a checkpoint's config.json (spec §1).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace ernie {
+
+// Which published checkpoint layout a directory uses (spec §5).
+enum class CheckpointLayout {
+  kTorch,   // "-PT": prefix model., Linear [out, in], separate q/k/v and gate/up
+  kPaddle,  // "-Paddle": prefix ernie., Linear [in, out], fused qkv_proj and up_gate_proj
+};
+const char* checkpoint_layout_name(CheckpointLayout layout);
+
+struct MoeConfig {
+  int num_experts = 0;           // moe_num_experts (E)
+  int top_k = 0;                 // moe_k (K)
+  int intermediate_size = 0;     // moe_intermediate_size (Im), per expert
+  int num_shared_experts = 0;    // shared MLP width = Im * num_shared_experts
+  int layer_start_index = 0;     // first MoE layer (0-based)
+  int layer_end_index = -1;      // last MoE layer, resolved: -1 in the file means the last layer
+  int layer_interval = 1;
+  double norm_min = 1e-12;       // clamp of the renormalisation denominator
+  bool use_correction_bias = true;  // moe_use_aux_free: choose experts by p + e_score_correction_bias
+};
+
+struct ModelConfig {
+  std::string architecture;      // architectures[0]
+  std::string model_type;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int head_dim = 0;              // read from the file, never hidden/heads (0.3B: 16*128 != 1024)
+  int vocab_size = 0;
+  std::optional<int> ori_vocab_size;  // logits at and above it are -inf (FastDeploy)
+  int max_position_embeddings = 0;
+  double rope_theta = 0;
+  double rms_norm_eps = 0;
+  double compression_ratio = 1.0;  // RoPE positions are divided by it (Paddle configs; 1.0)
+  bool tie_word_embeddings = true;
+  int bos_token_id = 1;
+  std::vector<int> eos_token_ids;
+  int pad_token_id = 0;
+  std::string weight_dtype;      // torch_dtype or dtype, e.g. "bfloat16"
+  CheckpointLayout layout_hint = CheckpointLayout::kTorch;  // from torch_dtype vs dtype
+  int num_nextn_predict_layers = 0;  // MTP layers in the checkpoint
+  std::optional<MoeConfig> moe;  // set for Ernie4_5_MoeForCausalLM
+
+  bool is_moe_layer(int layer) const;
+  int q_width() const { return num_attention_heads * head_dim; }
+  int kv_width() const { return num_key_value_heads * head_dim; }
+};
+
+// Architectures we compute; anything else is refused naming these.
+const std::vector<std::string>& supported_architectures();
+
+// Parses and validates config.json text. `source` names the file in error messages.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
+// Reads MODEL_DIR/config.json.
+ModelConfig load_model_config(const std::string& model_dir);
+
+}  // namespace ernie

@@ -1,0 +1,64 @@
+// ERNIE 4.5 weights in one canonical form, whichever published layout they came from
+// (spec §5): every Linear as a WeightMatrix [out, in]; q/k/v and gate/up separate;
+// router and correction bias in fp32; norms in fp32.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "tensor/weight_matrix.h"
+
+namespace ernie {
+
+struct AttentionWeights {
+  WeightMatrix q, k, v, o;
+};
+
+// SwiGLU MLP: down(silu(gate(x)) * up(x)).
+struct MlpWeights {
+  WeightMatrix gate, up, down;
+};
+
+struct MoeWeights {
+  std::vector<float> router;           // [E, H] fp32
+  std::vector<float> correction_bias;  // [E] fp32; zeros when the checkpoint has none
+  std::vector<MlpWeights> experts;     // E experts of inner size Im
+  std::optional<MlpWeights> shared;    // shared experts as one MLP, weight 1
+};
+
+struct DecoderLayerWeights {
+  std::vector<float> input_norm;           // [H]
+  std::vector<float> post_attention_norm;  // [H]
+  AttentionWeights attention;
+  std::optional<MlpWeights> mlp;  // dense layers
+  std::optional<MoeWeights> moe;  // MoE layers
+};
+
+// Multi-token prediction head (spec §4), used by speculative decoding.
+struct MtpWeights {
+  std::vector<float> embedding_norm;  // mtp_emb_norm
+  std::vector<float> hidden_norm;     // mtp_hidden_norm
+  WeightMatrix linear_projection;     // [H, 2H]: input = [normed embedding ; normed hidden]
+  DecoderLayerWeights block;          // dense decoder layer
+};
+
+struct ErnieWeights {
+  CheckpointLayout layout = CheckpointLayout::kTorch;
+  WeightMatrix embedding;  // [V, H]
+  std::vector<DecoderLayerWeights> layers;
+  std::vector<float> final_norm;  // [H]
+  WeightMatrix lm_head;           // [V, H]; the embedding itself when tied
+  std::vector<MtpWeights> mtp;
+};
+
+// Reads every tensor the config calls for, checking names and shapes; refuses a
+// checkpoint with missing, wrongly shaped or unexpected tensors, naming each.
+// `on_layer_loaded(done, total)` reports progress after each decoder layer.
+using LayerProgress = std::function<void(int done, int total)>;
+ErnieWeights load_ernie_weights(Checkpoint& checkpoint, const ModelConfig& config,
+                                const LayerProgress& on_layer_loaded = nullptr);
+
+}  // namespace ernie

@@ -1,0 +1,74 @@
+#include "model/safetensors_writer.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace ernie {
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const TensorToWrite& tensor : tensors) {
+    uint64_t elements = 1;
+    for (int64_t dim : tensor.shape) elements *= static_cast<uint64_t>(dim);
+    if (elements * dtype_size(tensor.dtype) != tensor.bytes.size())
+      fail("write_safetensors: tensor \"", tensor.name, "\" has ", tensor.bytes.size(), " bytes, its shape needs ",
+           elements * dtype_size(tensor.dtype));
+    header[tensor.name] = {{"dtype", safetensors_dtype_name(tensor.dtype)},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {offset, offset + tensor.bytes.size()}}};
+    offset += tensor.bytes.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // pad so tensor data starts 8-byte aligned
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) fail("cannot write ", path);
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  file.write(reinterpret_cast<const char*>(length), 8);
+  file.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const TensorToWrite& tensor : tensors)
+    file.write(reinterpret_cast<const char*>(tensor.bytes.data()), static_cast<std::streamsize>(tensor.bytes.size()));
+  if (!file) fail("error while writing ", path);
+}
+
+void write_sharded_safetensors(const std::string& dir, const std::vector<TensorToWrite>& tensors,
+                               const std::map<std::string, std::string>& metadata, int num_shards) {
+  if (num_shards <= 1) {
+    write_safetensors(dir + "/model.safetensors", tensors, metadata);
+    return;
+  }
+  uint64_t total = 0;
+  for (const TensorToWrite& tensor : tensors) total += tensor.bytes.size();
+  const uint64_t target = (total + static_cast<uint64_t>(num_shards) - 1) / static_cast<uint64_t>(num_shards);
+
+  std::vector<std::vector<TensorToWrite>> shards(static_cast<size_t>(num_shards));
+  uint64_t filled = 0;
+  size_t shard = 0;
+  for (const TensorToWrite& tensor : tensors) {
+    if (filled >= target * (shard + 1) && shard + 1 < shards.size()) ++shard;
+    shards[shard].push_back(tensor);
+    filled += tensor.bytes.size();
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total}};
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05d.safetensors", i + 1, num_shards);
+    write_safetensors(dir + "/" + name, shards[i], metadata);
+    for (const TensorToWrite& tensor : shards[i]) weight_map[tensor.name] = name;
+  }
+  index["weight_map"] = weight_map;
+  std::ofstream file(dir + "/model.safetensors.index.json", std::ios::trunc);
+  if (!file) fail("cannot write ", dir, "/model.safetensors.index.json");
+  file << index.dump(2) << "\n";
+}
+
+}  // namespace ernie

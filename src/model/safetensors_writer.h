@@ -1,0 +1,32 @@
+// Writing safetensors files (and sharded sets with model.safetensors.index.json), for
+// the synthetic checkpoint generator and for tools that save converted weights.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace ernie {
+
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::kBF16;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;  // little-endian elements, row-major
+};
+
+// Writes one safetensors file; tensors are laid out in the given order, 8-byte aligned
+// header as the format recommends.
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata);
+
+// Splits the tensors into `num_shards` files of similar size named
+// model-0000i-of-0000n.safetensors and writes model.safetensors.index.json; with one
+// shard writes a plain model.safetensors.
+void write_sharded_safetensors(const std::string& dir, const std::vector<TensorToWrite>& tensors,
+                               const std::map<std::string, std::string>& metadata, int num_shards);
+
+}  // namespace ernie

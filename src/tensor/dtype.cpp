@@ -1,0 +1,75 @@
+#include "tensor/dtype.h"
+
+#include "util/error.h"
+
+namespace ernie {
+
+DType parse_safetensors_dtype(std::string_view name) {
+  if (name == "BF16") return DType::kBF16;
+  if (name == "F16") return DType::kF16;
+  if (name == "F32") return DType::kF32;
+  fail("unsupported tensor dtype \"", name, "\" (supported: BF16, F16, F32)");
+}
+
+const char* safetensors_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kF32: return "F32";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return 2;
+    case DType::kF16: return 2;
+    case DType::kF32: return 4;
+  }
+  return 0;
+}
+
+float f16_to_f32(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  uint32_t mantissa = bits & 0x3ffu;
+  uint32_t result;
+  if (exponent == 0x1f) {
+    result = sign | 0x7f800000u | (mantissa << 13);  // inf or NaN
+  } else if (exponent != 0) {
+    result = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    result = sign;  // signed zero
+  } else {
+    // Subnormal half: shift the mantissa up until its leading 1 is the implicit bit.
+    uint32_t shifted_exponent = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --shifted_exponent;
+    }
+    result = sign | (shifted_exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float value;
+  std::memcpy(&value, &result, sizeof value);
+  return value;
+}
+
+void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, count * sizeof(float));
+      return;
+    case DType::kBF16: {
+      const auto* bits = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = bf16_to_f32(bits[i]);
+      return;
+    }
+    case DType::kF16: {
+      const auto* bits = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = f16_to_f32(bits[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace ernie

@@ -1,0 +1,30 @@
+// Logging to stderr with a timestamp and level. stdout stays reserved for a command's
+// product (generated text, JSON results), so logs never mix into it.
+#pragma once
+
+#include <string>
+
+#include "util/error.h"
+
+namespace ernie {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+void set_log_level(LogLevel level);
+LogLevel log_level();
+void log_line(LogLevel level, const std::string& message);
+
+template <typename... Parts>
+void log_info(Parts&&... parts) {
+  if (log_level() <= LogLevel::kInfo) log_line(LogLevel::kInfo, str_cat(std::forward<Parts>(parts)...));
+}
+template <typename... Parts>
+void log_warning(Parts&&... parts) {
+  if (log_level() <= LogLevel::kWarning) log_line(LogLevel::kWarning, str_cat(std::forward<Parts>(parts)...));
+}
+template <typename... Parts>
+void log_debug(Parts&&... parts) {
+  if (log_level() <= LogLevel::kDebug) log_line(LogLevel::kDebug, str_cat(std::forward<Parts>(parts)...));
+}
+
+}  // namespace ernie

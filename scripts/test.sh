@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds and runs every test: the GoogleTest suites through CTest (golden logits,
+# numpy cross-checks, end-to-end CLI tests), then a short fuzzing run of the
+# safetensors header parser.
+#   scripts/test.sh
+# Needs ../shared (the golden checkpoints) beside the checkout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -d ../shared/golden ]; then
+  echo "test.sh: ../shared/golden is missing; the golden tests read it from beside the checkout" >&2
+  exit 1
+fi
+./scripts/build.sh
+(cd build && ctest -j"$(nproc)" --output-on-failure --timeout 900)
+./scripts/fuzz.sh "${ERNIE_FUZZ_SECONDS:-30}"
+echo "test.sh: all tests passed"

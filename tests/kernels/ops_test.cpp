@@ -1,0 +1,60 @@
+#include "kernels/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+namespace ernie {
+namespace {
+
+TEST(OpsTest, RmsNormMatchesTheFormula) {
+  const float x[] = {1.0f, -2.0f, 3.0f, 0.5f};
+  const float w[] = {1.0f, 0.5f, 2.0f, -1.0f};
+  float y[4];
+  rms_norm(x, 1, 4, w, 1e-5f, y);
+  const double rms = std::sqrt((1 + 4 + 9 + 0.25) / 4.0 + 1e-5);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(y[i], w[i] * x[i] / rms, 1e-6);
+}
+
+TEST(OpsTest, RopeRotatesAdjacentPairsNotHalves) {
+  // head_dim 4, theta 10000: pair 0 turns by pos * 1, pair 1 by pos * 10000^(-1/2).
+  const std::vector<float> inv_freq = rope_inverse_frequencies(4, 10000.0);
+  ASSERT_EQ(inv_freq.size(), 2u);
+  EXPECT_FLOAT_EQ(inv_freq[0], 1.0f);
+  EXPECT_FLOAT_EQ(inv_freq[1], 0.01f);
+  float head[] = {1.0f, 0.0f, 0.0f, 1.0f};
+  apply_rope(head, 1, 4, 3.0f, inv_freq.data());
+  EXPECT_NEAR(head[0], std::cos(3.0), 1e-6);   // (1, 0) rotated by 3 rad
+  EXPECT_NEAR(head[1], std::sin(3.0), 1e-6);
+  EXPECT_NEAR(head[2], -std::sin(0.03), 1e-6);  // (0, 1) rotated by 0.03 rad
+  EXPECT_NEAR(head[3], std::cos(0.03), 1e-6);
+}
+
+TEST(OpsTest, RopeAtPositionZeroIsIdentityAndAppliesToEveryHead) {
+  const std::vector<float> inv_freq = rope_inverse_frequencies(2, 500000.0);
+  float heads[] = {0.5f, -1.5f, 2.0f, 3.0f};
+  apply_rope(heads, 2, 2, 0.0f, inv_freq.data());
+  EXPECT_EQ(heads[0], 0.5f);
+  EXPECT_EQ(heads[3], 3.0f);
+  apply_rope(heads, 2, 2, 1.0f, inv_freq.data());
+  EXPECT_NEAR(heads[2], 2.0 * std::cos(1.0) - 3.0 * std::sin(1.0), 1e-6);
+}
+
+TEST(OpsTest, SiluMulAndSoftmax) {
+  float gate[] = {0.0f, 1.0f, -2.0f};
+  const float up[] = {5.0f, 2.0f, 1.0f};
+  silu_mul(gate, up, 3);
+  EXPECT_EQ(gate[0], 0.0f);
+  EXPECT_NEAR(gate[1], 2.0 / (1.0 + std::exp(-1.0)), 1e-6);
+  EXPECT_NEAR(gate[2], -2.0 / (1.0 + std::exp(2.0)), 1e-6);
+
+  float values[] = {1000.0f, 1001.0f, 999.0f};  // large values must not overflow
+  softmax(values, 3);
+  const double denominator = std::exp(-1.0) + 1.0 + std::exp(-2.0);
+  EXPECT_NEAR(values[1], 1.0 / denominator, 1e-6);
+  EXPECT_NEAR(values[0] + values[1] + values[2], 1.0, 1e-6);
+}
+
+}  // namespace
+}  // namespace ernie

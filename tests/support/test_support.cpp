@@ -1,0 +1,91 @@
+#include "support/test_support.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "model/safetensors.h"
+#include "util/error.h"
+
+namespace ernie::testing {
+
+std::string shared_dir() { return ERNIE_SHARED_DIR; }
+std::string golden_model_dir(const std::string& name) { return shared_dir() + "/golden/models/" + name; }
+std::string ernie_binary() { return ERNIE_BINARY; }
+std::string python3() { return ERNIE_PYTHON3; }
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/ernie-test-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) fail("mkdtemp failed for ", pattern);
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+CommandResult run_shell(const std::string& command, bool include_stderr) {
+  CommandResult result;
+  FILE* pipe = popen((command + (include_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
+  if (pipe == nullptr) fail("popen failed for ", command);
+  char buffer[4096];
+  size_t got;
+  while ((got = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, got);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::string shell_quote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) fail("cannot read ", path);
+  std::stringstream contents;
+  contents << file.rdbuf();
+  return contents.str();
+}
+
+void write_file(const std::string& path, const std::string& contents) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) fail("cannot write ", path);
+  file << contents;
+}
+
+std::vector<float> read_f32_file(const std::string& path) {
+  const std::string bytes = read_file(path);
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::copy_n(bytes.data(), values.size() * sizeof(float), reinterpret_cast<char*>(values.data()));
+  return values;
+}
+
+std::string make_checkpoint(const TempDir& parent, const std::string& name, const SyntheticModelSpec& spec,
+                            CheckpointLayout layout, int shards) {
+  const std::string dir = parent.file(name);
+  std::filesystem::create_directories(dir);
+  write_synthetic_checkpoint(dir, spec, layout, shards);
+  return dir;
+}
+
+std::vector<TensorToWrite> read_all_tensors(const std::string& safetensors_path) {
+  const SafetensorsFile file(safetensors_path);
+  std::vector<TensorToWrite> tensors;
+  for (const TensorInfo& info : file.header().tensors)
+    tensors.push_back({info.name, info.dtype, info.shape,
+                       std::vector<uint8_t>(file.data(info), file.data(info) + info.size)});
+  return tensors;
+}
+
+}  // namespace ernie::testing

@@ -1,0 +1,56 @@
+// Shared helpers for the test suites: where the golden data lives, temporary
+// directories, running the `ernie` binary, and small file utilities.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/safetensors_writer.h"
+#include "model/synthetic_checkpoint.h"
+
+namespace ernie::testing {
+
+// ../shared beside the checkout: golden/ and tools/.
+std::string shared_dir();
+std::string golden_model_dir(const std::string& name);  // shared/golden/models/NAME
+std::string ernie_binary();
+std::string python3();
+
+// A fresh directory under $TMPDIR, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout, and stderr too unless dropped
+};
+// Runs `command` through /bin/sh and captures its output.
+CommandResult run_shell(const std::string& command, bool include_stderr = true);
+// Quotes an argument for /bin/sh.
+std::string shell_quote(const std::string& text);
+
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& contents);
+std::vector<float> read_f32_file(const std::string& path);
+
+// Writes a synthetic checkpoint (weights only) into a new subdirectory of `parent`.
+std::string make_checkpoint(const TempDir& parent, const std::string& name, const SyntheticModelSpec& spec,
+                            CheckpointLayout layout, int shards = 1);
+
+// Every tensor of one safetensors file, for tests that rewrite a checkpoint with a
+// defect (a tensor removed, reshaped or added).
+std::vector<TensorToWrite> read_all_tensors(const std::string& safetensors_path);
+
+}  // namespace ernie::testing

@@ -1,0 +1,53 @@
+#include "util/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
+namespace ernie {
+namespace {
+
+TEST(ThreadPoolTest, CoversEveryIndexExactlyOnce) {
+  ThreadPool pool(3);
+  EXPECT_EQ(pool.num_threads(), 3u);
+  for (size_t n : {0u, 1u, 2u, 7u, 1000u}) {
+    for (size_t grain : {0u, 1u, 5u}) {
+      std::vector<std::atomic<int>> hits(n);
+      pool.parallel_for(n, grain, [&](size_t begin, size_t end) {
+        EXPECT_LT(begin, end);
+        EXPECT_LE(end, n);
+        if (grain > 0) {
+          EXPECT_LE(end - begin, grain);
+        }
+        for (size_t i = begin; i < end; ++i) hits[i]++;
+      });
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " grain=" << grain << " i=" << i;
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ManyLoopsInARowAllComplete) {
+  ThreadPool pool(2);
+  std::atomic<long> total{0};
+  for (int round = 0; round < 2000; ++round)
+    pool.parallel_for(16, 1, [&](size_t begin, size_t end) { total += static_cast<long>(end - begin); });
+  EXPECT_EQ(total.load(), 2000 * 16);
+}
+
+TEST(ThreadPoolTest, RethrowsTheBodysException) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.parallel_for(100, 1,
+                                 [](size_t begin, size_t) {
+                                   if (begin == 42) throw std::runtime_error("boom");
+                                 }),
+               std::runtime_error);
+  // The pool still works afterwards.
+  std::atomic<int> count{0};
+  pool.parallel_for(10, 1, [&](size_t begin, size_t end) { count += static_cast<int>(end - begin); });
+  EXPECT_EQ(count.load(), 10);
+}
+
+}  // namespace
+}  // namespace ernie

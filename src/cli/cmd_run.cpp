@@ -10,6 +10,7 @@
 #include "text/incremental_detokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/process_stats.h"
 #include "util/stopwatch.h"
 
 namespace ernie {
@@ -90,7 +91,8 @@ int run_command(int argc, char** argv) {
   std::fputs("\n", stdout);
   const double decode_seconds = decode_clock.seconds();
   log_info("prompt: ", prompt_tokens, " tokens in ", prefill_seconds, " s; generated ", generated, " tokens in ", decode_seconds, " s (",
-           generated > 1 ? static_cast<double>(generated - 1) / decode_seconds : 0.0, " tokens/s)");
+           generated > 1 ? static_cast<double>(generated - 1) / decode_seconds : 0.0, " tokens/s); peak RSS ",
+           peak_rss_bytes() / 1e6, " MB");
   return 0;
 }
 

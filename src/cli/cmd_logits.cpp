@@ -50,11 +50,7 @@ int logits_command(int argc, char** argv) {
   auto model = load_model_reporting(args.get("model"), pool);
   auto cache = model->new_kv_cache();
 
-  ForwardBatch batch;
-  batch.tokens = ids;
-  batch.sequences.push_back({cache.get(), 0, 0, static_cast<int32_t>(ids.size())});
-  for (int32_t row = 0; row < static_cast<int32_t>(ids.size()); ++row) batch.logit_rows.push_back(row);
-  const std::vector<float> logits = model->forward(batch);
+  const std::vector<float> logits = model->forward(single_sequence_batch(*cache, ids, 0, /*all_rows=*/true));
 
   std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
   if (!out) fail("cannot write ", out_path);

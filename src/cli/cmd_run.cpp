@@ -64,11 +64,7 @@ int run_command(int argc, char** argv) {
   Sampler sampler(static_cast<uint64_t>(args.get_int("seed")));
   IncrementalDetokenizer detokenizer(tokenizer);
   Stopwatch prefill_clock;
-  ForwardBatch batch;
-  batch.tokens = tokens;
-  batch.sequences.push_back({cache.get(), 0, 0, static_cast<int32_t>(tokens.size())});
-  batch.logit_rows = {static_cast<int32_t>(tokens.size()) - 1};
-  std::vector<float> logits = model->forward(batch);
+  std::vector<float> logits = model->forward(single_sequence_batch(*cache, tokens, 0, /*all_rows=*/false));
   const double prefill_seconds = prefill_clock.seconds();
 
   Stopwatch decode_clock;
@@ -81,11 +77,8 @@ int run_command(int argc, char** argv) {
     std::fputs(detokenizer.push(next).c_str(), stdout);
     std::fflush(stdout);
     if (generated >= max_tokens) break;
-    batch.tokens = {next};
-    batch.sequences = {{cache.get(), static_cast<int64_t>(tokens.size()), 0, 1}};
-    batch.logit_rows = {0};
+    logits = model->forward(single_sequence_batch(*cache, std::span(&next, 1), static_cast<int64_t>(tokens.size()), false));
     tokens.push_back(next);
-    logits = model->forward(batch);
   }
   std::fputs(detokenizer.flush().c_str(), stdout);
   std::fputs("\n", stdout);

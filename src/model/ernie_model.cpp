@@ -53,6 +53,16 @@ Routing route_token(const float* router_logits, const MoeWeights& moe, const Moe
 
 }  // namespace
 
+ForwardBatch single_sequence_batch(KvCache& cache, std::span<const int32_t> tokens, int64_t start_position,
+                                   bool all_rows) {
+  ForwardBatch batch;
+  batch.tokens.assign(tokens.begin(), tokens.end());
+  const auto count = static_cast<int32_t>(tokens.size());
+  batch.sequences.push_back({&cache, start_position, 0, count});
+  for (int32_t row = all_rows ? 0 : count - 1; row < count; ++row) batch.logit_rows.push_back(row);
+  return batch;
+}
+
 std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, ThreadPool& pool,
                                              const LayerProgress& on_layer_loaded) {
   Stopwatch stopwatch;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct ForwardBatch {
   std::vector<SequenceChunk> sequences;  // cover `tokens` in order
   std::vector<int32_t> logit_rows;       // batch rows whose next-token logits are wanted
 };
+
+// One sequence's `tokens` at positions start_position, start_position + 1, ... with the
+// logits of every row (all_rows) or of the last row only.
+ForwardBatch single_sequence_batch(KvCache& cache, std::span<const int32_t> tokens, int64_t start_position,
+                                   bool all_rows);
 
 struct LoadReport {
   double seconds = 0;

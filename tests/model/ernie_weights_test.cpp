@@ -21,11 +21,9 @@ std::vector<float> all_logits(const std::string& dir) {
   ThreadPool pool(2);
   auto model = ErnieModel::load(dir, pool);
   auto cache = model->new_kv_cache();
-  ForwardBatch batch;
-  for (int i = 0; i < 20; ++i) batch.tokens.push_back(3 + (i * 37) % 4000);
-  batch.sequences.push_back({cache.get(), 0, 0, 20});
-  for (int32_t i = 0; i < 20; ++i) batch.logit_rows.push_back(i);
-  return model->forward(batch);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back(3 + (i * 37) % 4000);
+  return model->forward(single_sequence_batch(*cache, ids, 0, true));
 }
 
 void expect_same_matrix(const WeightMatrix& a, const WeightMatrix& b, const std::string& what) {

@@ -49,11 +49,7 @@ TEST_P(GoldenLogitsTest, TeacherForcedLogitsAndGreedyIdsMatch) {
     ASSERT_EQ(golden.size(), ids.size() * static_cast<size_t>(vocab));
 
     auto cache = model->new_kv_cache();
-    ForwardBatch batch;
-    batch.tokens = ids;
-    batch.sequences.push_back({cache.get(), 0, 0, static_cast<int32_t>(ids.size())});
-    for (int32_t row = 0; row < static_cast<int32_t>(ids.size()); ++row) batch.logit_rows.push_back(row);
-    const std::vector<float> logits = model->forward(batch);
+    const std::vector<float> logits = model->forward(single_sequence_batch(*cache, ids, 0, true));
     ASSERT_EQ(logits.size(), golden.size());
 
     double max_diff = 0;
@@ -75,11 +71,7 @@ TEST_P(GoldenLogitsTest, TeacherForcedLogitsAndGreedyIdsMatch) {
     while (greedy.size() < expected_greedy.size()) {
       greedy.push_back(argmax(last));
       if (greedy.size() == expected_greedy.size()) break;
-      ForwardBatch step;
-      step.tokens = {greedy.back()};
-      step.sequences.push_back({cache.get(), position++, 0, 1});
-      step.logit_rows = {0};
-      step_logits = model->forward(step);
+      step_logits = model->forward(single_sequence_batch(*cache, std::span(&greedy.back(), 1), position++, false));
       last = step_logits;
     }
     EXPECT_EQ(greedy, expected_greedy);

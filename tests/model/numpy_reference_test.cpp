@@ -30,11 +30,7 @@ float top1_margin(std::span<const float> row) {
 void write_our_case(ErnieModel& model, const std::vector<int32_t>& ids, const std::string& golden_dir) {
   const int64_t vocab = model.config().vocab_size;
   auto cache = model.new_kv_cache();
-  ForwardBatch batch;
-  batch.tokens = ids;
-  batch.sequences.push_back({cache.get(), 0, 0, static_cast<int32_t>(ids.size())});
-  for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) batch.logit_rows.push_back(i);
-  const std::vector<float> logits = model.forward(batch);
+  const std::vector<float> logits = model.forward(single_sequence_batch(*cache, ids, 0, true));
 
   std::vector<int> near_ties;
   for (size_t row = 0; row < ids.size(); ++row)
@@ -48,11 +44,7 @@ void write_our_case(ErnieModel& model, const std::vector<int32_t>& ids, const st
   int64_t position = static_cast<int64_t>(ids.size());
   for (int step = 0; step < 8 && top1_margin(last) >= 0.02f; ++step) {
     greedy.push_back(argmax(last));
-    ForwardBatch next;
-    next.tokens = {greedy.back()};
-    next.sequences.push_back({cache.get(), position++, 0, 1});
-    next.logit_rows = {0};
-    last = model.forward(next);
+    last = model.forward(single_sequence_batch(*cache, std::span(&greedy.back(), 1), position++, false));
   }
 
   std::ofstream(golden_dir + "/case.f32", std::ios::binary)

@@ -20,11 +20,7 @@ std::vector<int32_t> ids_for(int seed, int length) {
 // Logits of every position of `ids`, computed alone in one call.
 std::vector<float> alone(ErnieModel& model, const std::vector<int32_t>& ids) {
   auto cache = model.new_kv_cache();
-  ForwardBatch batch;
-  batch.tokens = ids;
-  batch.sequences.push_back({cache.get(), 0, 0, static_cast<int32_t>(ids.size())});
-  for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) batch.logit_rows.push_back(i);
-  return model.forward(batch);
+  return model.forward(single_sequence_batch(*cache, ids, 0, true));
 }
 
 class PackedBatchTest : public ::testing::TestWithParam<std::string> {
@@ -66,11 +62,8 @@ TEST_P(PackedBatchTest, ChunkedPrefillEqualsOneCall) {
   std::vector<float> chunked;
   int32_t done = 0;
   for (int32_t chunk : {1, 30, 33, 36}) {  // crosses the 64-position block boundary
-    ForwardBatch batch;
-    batch.tokens.assign(prompt.begin() + done, prompt.begin() + done + chunk);
-    batch.sequences.push_back({cache.get(), done, 0, chunk});
-    for (int32_t i = 0; i < chunk; ++i) batch.logit_rows.push_back(i);
-    const std::vector<float> logits = model_->forward(batch);
+    const std::vector<float> logits = model_->forward(
+        single_sequence_batch(*cache, std::span(prompt).subspan(static_cast<size_t>(done), static_cast<size_t>(chunk)), done, true));
     chunked.insert(chunked.end(), logits.begin(), logits.end());
     done += chunk;
   }

@@ -7,5 +7,6 @@ namespace ernie {
 int run_command(int argc, char** argv);     // ernie run
 int logits_command(int argc, char** argv);  // ernie logits
 int synth_command(int argc, char** argv);   // ernie synth
+int bench_command(int argc, char** argv);   // ernie bench
 
 }  // namespace ernie

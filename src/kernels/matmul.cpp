@@ -1,66 +1,228 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
-#include "kernels/simd_dispatch.h"
+#include "kernels/cpu_features.h"
+
+// The vector helpers below are always inlined into functions compiled for one ISA, so
+// the calling-convention note GCC gives for vector arguments never applies.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace ernie {
 namespace {
 
-// Weight rows converted to fp32 together; each x row loaded once serves all of them.
-constexpr int64_t kRowBlock = 4;
-// Independent partial sums let the compiler keep several vector accumulators busy.
-constexpr int64_t kLanes = 16;
+// Portable SIMD through GCC/Clang vector types: the same source becomes SSE, AVX2,
+// AVX-512 or NEON code depending on the target of the function it is inlined into.
+typedef float v4f __attribute__((vector_size(16)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
+typedef uint16_t v4u16 __attribute__((vector_size(8)));
+typedef uint16_t v8u16 __attribute__((vector_size(16)));
+typedef uint16_t v16u16 __attribute__((vector_size(32)));
+typedef uint32_t v4u32 __attribute__((vector_size(16)));
+typedef uint32_t v8u32 __attribute__((vector_size(32)));
+typedef uint32_t v16u32 __attribute__((vector_size(64)));
 
-inline float dot(const float* a, const float* b, int64_t k) {
-  float partial[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= k; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) partial[l] += a[i + l] * b[i + l];
-  float sum = 0.0f;
-  for (int64_t l = 0; l < kLanes; ++l) sum += partial[l];
-  for (; i < k; ++i) sum += a[i] * b[i];
-  return sum;
-}
+template <typename V, typename U16, typename U32>
+struct Simd {
+  using Float = V;
+  static constexpr int kWidth = sizeof(V) / sizeof(float);
+  // Token rows per tile: 4 x 4 accumulators fit AVX-512's 32 registers; narrower
+  // vectors (16 registers) take 2 x 4.
+  static constexpr int kTokenTile = kWidth >= 16 ? 4 : 2;
 
-// bf16 widening is inlined so each ISA clone vectorises it; rarer dtypes go through
-// the shared converter.
-inline void widen_row(DType dtype, const void* src, float* dst, int64_t k) {
-  if (dtype == DType::kBF16) {
-    const auto* bits = static_cast<const uint16_t*>(src);
-    for (int64_t i = 0; i < k; ++i) dst[i] = bf16_to_f32(bits[i]);
-  } else {
-    convert_to_f32(dtype, src, dst, static_cast<size_t>(k));
+  [[gnu::always_inline]] static inline V load(const float* p) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
   }
-}
+  // bf16 is the upper half of an fp32: widen and shift.
+  [[gnu::always_inline]] static inline V load_bf16(const uint16_t* p) {
+    U16 half;
+    std::memcpy(&half, p, sizeof half);
+    U32 wide = __builtin_convertvector(half, U32) << 16;
+    V v;
+    std::memcpy(&v, &wide, sizeof v);
+    return v;
+  }
+  [[gnu::always_inline]] static inline float sum(V v) {
+    float total = 0.0f;
+    for (int lane = 0; lane < kWidth; ++lane) total += v[lane];
+    return total;
+  }
+};
 
-ERNIE_CLONE_FOR_ISAS
-void matmul_row_range(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin, int64_t row_end, float* y,
-                      float* scratch) {
-  const int64_t k = w.cols;
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowBlock) {
-    const int64_t rows = std::min(kRowBlock, row_end - r0);
-    for (int64_t r = 0; r < rows; ++r) widen_row(w.dtype, w.row(r0 + r), scratch + r * k, k);
-    for (int64_t t = 0; t < n; ++t) {
-      const float* xt = x + t * k;
-      float* yt = y + t * w.rows + r0;
-      for (int64_t r = 0; r < rows; ++r) yt[r] = dot(xt, scratch + r * k, k);
+// Weight rows of one panel, either already fp32 (converted into scratch) or raw bf16
+// read straight from the checkpoint (the decode path: every byte is read once anyway).
+template <bool kBf16>
+struct RowSource {
+  const void* rows[4];
+};
+
+// y[t][r] = x_t · w_r for T token rows and R weight rows, vectorised over k: each x
+// load serves R rows and each w load serves T tokens.
+template <typename S, int T, int R, bool kBf16>
+[[gnu::always_inline]] inline void tile(const float* const* x, const RowSource<kBf16>& w, int64_t k, float* const* y,
+                                        int64_t r_offset) {
+  using V = typename S::Float;
+  constexpr int W = S::kWidth;
+  V acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) acc[t][r] = V{};
+  int64_t i = 0;
+  for (; i + W <= k; i += W) {
+    V wv[R];
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kBf16) wv[r] = S::load_bf16(static_cast<const uint16_t*>(w.rows[r]) + i);
+      else wv[r] = S::load(static_cast<const float*>(w.rows[r]) + i);
+    }
+    for (int t = 0; t < T; ++t) {
+      const V xv = S::load(x[t] + i);
+      for (int r = 0; r < R; ++r) acc[t][r] += xv * wv[r];
     }
   }
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < R; ++r) {
+      float total = S::sum(acc[t][r]);
+      for (int64_t j = i; j < k; ++j) {
+        const float wj = kBf16 ? bf16_to_f32(static_cast<const uint16_t*>(w.rows[r])[j])
+                               : static_cast<const float*>(w.rows[r])[j];
+        total += x[t][j] * wj;
+      }
+      y[t][r_offset + r] = total;
+    }
+  }
+}
+
+template <typename S, int T, bool kBf16>
+[[gnu::always_inline]] inline void tile_rows(const float* const* x, const RowSource<kBf16>& w, int rows, int64_t k,
+                                             float* const* y, int64_t r_offset) {
+  switch (rows) {
+    case 4: tile<S, T, 4, kBf16>(x, w, k, y, r_offset); break;
+    case 3: tile<S, T, 3, kBf16>(x, w, k, y, r_offset); break;
+    case 2: tile<S, T, 2, kBf16>(x, w, k, y, r_offset); break;
+    default: tile<S, T, 1, kBf16>(x, w, k, y, r_offset); break;
+  }
+}
+
+// Rows converted together: they stay in L2 while every token of the chunk uses them.
+constexpr int64_t kPanelRows = 16;
+// Tokens processed against one panel; their activations stay in L2 too.
+constexpr int64_t kTokenChunk = 64;
+
+template <typename S>
+[[gnu::always_inline]] inline void widen_rows(const WeightMatrix& w, int64_t first, int64_t count, float* out) {
+  const size_t total = static_cast<size_t>(count * w.cols);
+  if (w.dtype != DType::kBF16) {
+    convert_to_f32(w.dtype, w.row(first), out, total);
+    return;
+  }
+  const auto* in = reinterpret_cast<const uint16_t*>(w.row(first));
+  size_t i = 0;
+  for (; i + S::kWidth <= total; i += S::kWidth) {
+    const typename S::Float v = S::load_bf16(in + i);
+    std::memcpy(out + i, &v, sizeof v);
+  }
+  for (; i < total; ++i) out[i] = bf16_to_f32(in[i]);
+}
+
+// Output rows [row_begin, row_end) of y for all n tokens.
+template <typename S>
+[[gnu::always_inline]] inline void matmul_rows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
+                                               int64_t row_end, float* y, float* scratch) {
+  const int64_t k = w.cols;
+  if (n == 1 && w.dtype == DType::kBF16) {
+    // Decode: stream the bf16 rows once, widening in registers.
+    const float* xs[1] = {x};
+    float* ys[1] = {y};
+    for (int64_t r = row_begin; r < row_end; r += 4) {
+      const int rows = static_cast<int>(std::min<int64_t>(4, row_end - r));
+      RowSource<true> source{};
+      for (int j = 0; j < rows; ++j) source.rows[j] = w.row(r + j);
+      tile_rows<S, 1, true>(xs, source, rows, k, ys, r);
+    }
+    return;
+  }
+  for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
+    const int64_t tokens = std::min(kTokenChunk, n - t0);
+    for (int64_t p = row_begin; p < row_end; p += kPanelRows) {
+      const int64_t panel = std::min(kPanelRows, row_end - p);
+      const float* panel_rows = static_cast<const float*>(w.data) + p * k;
+      if (w.dtype != DType::kF32) {
+        widen_rows<S>(w, p, panel, scratch);
+        panel_rows = scratch;
+      }
+      for (int64_t r = 0; r < panel; r += 4) {
+        const int rows = static_cast<int>(std::min<int64_t>(4, panel - r));
+        RowSource<false> source{};
+        for (int j = 0; j < rows; ++j) source.rows[j] = panel_rows + (r + j) * k;
+        constexpr int kTile = S::kTokenTile;
+        int64_t t = t0;
+        for (; t + kTile <= t0 + tokens; t += kTile) {
+          const float* xs[kTile];
+          float* ys[kTile];
+          for (int j = 0; j < kTile; ++j) {
+            xs[j] = x + (t + j) * k;
+            ys[j] = y + (t + j) * w.rows;
+          }
+          tile_rows<S, kTile, false>(xs, source, rows, k, ys, p + r);
+        }
+        for (; t < t0 + tokens; ++t) {
+          const float* xs[1] = {x + t * k};
+          float* ys[1] = {y + t * w.rows};
+          tile_rows<S, 1, false>(xs, source, rows, k, ys, p + r);
+        }
+      }
+    }
+  }
+}
+
+using RowRangeKernel = void (*)(const float*, int64_t, const WeightMatrix&, int64_t, int64_t, float*, float*);
+
+void matmul_rows_generic(const float* x, int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y,
+                         float* scratch) {
+  matmul_rows<Simd<v4f, v4u16, v4u32>>(x, n, w, begin, end, y, scratch);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma,f16c"))) void matmul_rows_avx2(const float* x, int64_t n, const WeightMatrix& w,
+                                                                int64_t begin, int64_t end, float* y, float* scratch) {
+  matmul_rows<Simd<v8f, v8u16, v8u32>>(x, n, w, begin, end, y, scratch);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c"))) void matmul_rows_avx512(
+    const float* x, int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y, float* scratch) {
+  matmul_rows<Simd<v16f, v16u16, v16u32>>(x, n, w, begin, end, y, scratch);
+}
+#endif
+
+RowRangeKernel select_kernel() {
+#if defined(__x86_64__)
+  switch (active_isa_level()) {
+    case IsaLevel::kAvx512: return matmul_rows_avx512;
+    case IsaLevel::kAvx2: return matmul_rows_avx2;
+    case IsaLevel::kGeneric: break;
+  }
+#endif
+  return matmul_rows_generic;
 }
 
 }  // namespace
 
 void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
-  // Split the output features: every thread streams a disjoint share of the weights.
-  const int64_t blocks = (w.rows + kRowBlock - 1) / kRowBlock;
-  const size_t grain = static_cast<size_t>(std::max<int64_t>(1, blocks / (static_cast<int64_t>(pool.num_threads()) * 4)));
-  pool.parallel_for(static_cast<size_t>(blocks), grain, [&](size_t begin, size_t end) {
+  static const RowRangeKernel kernel = select_kernel();
+  // Threads split the output features into panels: each streams a disjoint share of
+  // the weights, the largest operand.
+  const int64_t panels = (w.rows + kPanelRows - 1) / kPanelRows;
+  const size_t grain =
+      static_cast<size_t>(std::max<int64_t>(1, panels / (static_cast<int64_t>(pool.num_threads()) * 4)));
+  pool.parallel_for(static_cast<size_t>(panels), grain, [&](size_t begin, size_t end) {
     thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>(kRowBlock * w.cols));
-    matmul_row_range(x, n, w, static_cast<int64_t>(begin) * kRowBlock,
-                     std::min(w.rows, static_cast<int64_t>(end) * kRowBlock), y, scratch.data());
+    scratch.resize(static_cast<size_t>(kPanelRows * w.cols));
+    kernel(x, n, w, static_cast<int64_t>(begin) * kPanelRows, std::min(w.rows, static_cast<int64_t>(end) * kPanelRows),
+           y, scratch.data());
   });
 }
 

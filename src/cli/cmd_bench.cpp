@@ -1,0 +1,208 @@
+// ernie bench: offline throughput and latency of the engine, without HTTP.
+//   serving form:  --concurrency N --input-len L --output-len K
+//   llama-bench form: --pp 512 --tg 128
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/engine_setup.h"
+#include "cli/model_loading.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/random.h"
+#include "util/stopwatch.h"
+
+namespace ernie {
+namespace {
+
+struct RequestTiming {
+  double submitted = 0;
+  double first_token = 0;
+  double finished = 0;
+  int64_t output_tokens = 0;
+};
+
+// Random prompt ids, away from the special tokens at the bottom of the vocabulary.
+std::vector<int32_t> random_prompt(Random& random, int64_t length, int vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(length));
+  const uint64_t low = std::min(1000, vocab / 2);
+  for (int32_t& id : ids) id = static_cast<int32_t>(low + random.next() % (static_cast<uint64_t>(vocab) - low));
+  return ids;
+}
+
+// Submits `prompts` all at once, greedy with exactly `output_len` tokens each, and
+// waits for all of them. Times are seconds since `clock` started.
+std::vector<RequestTiming> run_requests(EngineClient& client, const std::vector<std::vector<int32_t>>& prompts,
+                                        int64_t output_len, const Stopwatch& clock, const std::string& prefix) {
+  std::vector<std::shared_ptr<OutputStream>> streams;
+  std::vector<RequestTiming> timings(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest request;
+    request.id = prefix + std::to_string(i);
+    request.prompt = prompts[i];
+    request.params.temperature = 0.0f;
+    request.params.max_tokens = static_cast<int>(output_len);
+    request.params.ignore_eos = true;
+    timings[i].submitted = clock.seconds();
+    streams.push_back(client.submit(std::move(request)));
+  }
+  // Streams are read in turn; timestamps are taken when an output is picked up, which
+  // is at most one step late for the first token of a request read after others.
+  std::vector<bool> done(prompts.size(), false);
+  size_t remaining = prompts.size();
+  while (remaining > 0) {
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (done[i]) continue;
+      while (std::optional<RequestOutput> output = streams[i]->next_for(std::chrono::milliseconds(1))) {
+        if (output->finish_reason == FinishReason::kError) fail("benchmark request failed: ", output->error);
+        if (timings[i].first_token == 0 && output->completion_tokens > 0) timings[i].first_token = clock.seconds();
+        timings[i].output_tokens = output->completion_tokens;
+        if (output->finished()) {
+          timings[i].finished = clock.seconds();
+          done[i] = true;
+          --remaining;
+          break;
+        }
+      }
+    }
+  }
+  return timings;
+}
+
+double mean(const std::vector<double>& values) {
+  double total = 0;
+  for (double value : values) total += value;
+  return values.empty() ? 0 : total / static_cast<double>(values.size());
+}
+
+}  // namespace
+
+int bench_command(int argc, char** argv) {
+  std::vector<OptionSpec> options = {
+      {"model", "DIR", "checkpoint directory", ""},
+      {"quantization", "Q", "weight format (only unquantized checkpoints run today)", ""},
+      {"concurrency", "N", "requests in flight at once (serving form)", ""},
+      {"num-prompts", "N", "requests in all (serving form; default: --concurrency)", ""},
+      {"input-len", "L", "prompt tokens per request (serving form)", "128"},
+      {"output-len", "K", "generated tokens per request (serving form)", "128"},
+      {"pp", "N", "llama-bench prompt test: prefill N tokens of one sequence", ""},
+      {"tg", "N", "llama-bench generation test: generate N tokens of one sequence", ""},
+      {"repetitions", "N", "repeat the llama-bench tests and average", "1"},
+      {"json", "", "print one JSON object with the results as the last line", ""}};
+  for (OptionSpec& option : engine_option_specs()) options.push_back(std::move(option));
+  const ArgParser parser(
+      "ernie bench --model DIR (--concurrency N --input-len L --output-len K | --pp N --tg N) [--json]",
+      "Offline engine benchmark (no HTTP). Prompts are random token ids; generation is greedy and ignores end "
+      "tokens, so every request produces exactly its output length. Throughputs are aggregate tokens over wall "
+      "time.",
+      options);
+  const ParsedArgs args = parser.parse(argc, argv, 2);
+  if (args.help_requested()) {
+    std::fputs(parser.help_text().c_str(), stdout);
+    return 0;
+  }
+  if (args.has("quantization") && args.get("quantization") != "none" && args.get("quantization") != "bf16")
+    fail("--quantization ", args.get("quantization"), " is not available yet: the quantized kernels are a later "
+         "issue; only the checkpoint's own format runs today");
+  const bool llama_form = args.has("pp") || args.has("tg");
+  if (llama_form == args.has("concurrency"))
+    fail("give either --concurrency N (serving form) or --pp N and/or --tg N (llama-bench form)");
+
+  EngineConfig config = engine_config_from_args(args);
+  nlohmann::ordered_json result;
+  result["model"] = args.get("model");
+  Random random(12345);
+  if (!llama_form) {
+    const int64_t concurrency = args.get_int("concurrency");
+    const int64_t num_prompts = args.has("num-prompts") ? args.get_int("num-prompts") : concurrency;
+    const int64_t input_len = args.get_int("input-len"), output_len = args.get_int("output-len");
+    if (concurrency < 1 || num_prompts < 1 || input_len < 1 || output_len < 1)
+      fail("--concurrency, --num-prompts, --input-len and --output-len must be at least 1");
+    if (!args.has("max-num-seqs")) config.max_num_seqs = static_cast<int>(concurrency);
+    config.max_model_len = std::max(config.max_model_len, input_len + output_len);
+    LoadedEngine engine = load_engine(args.get("model"), config, thread_count_from_flag(args.get_int("threads")));
+    const int vocab = engine.model->config().vocab_size;
+    // Warm-up: one short request pages the weights in.
+    Stopwatch warm_clock;
+    run_requests(*engine.client, {random_prompt(random, 8, vocab)}, 2, warm_clock, "warmup-");
+
+    std::vector<RequestTiming> timings;
+    Stopwatch clock;
+    for (int64_t begin = 0; begin < num_prompts; begin += concurrency) {
+      std::vector<std::vector<int32_t>> prompts;
+      for (int64_t i = begin; i < std::min(num_prompts, begin + concurrency); ++i)
+        prompts.push_back(random_prompt(random, input_len, vocab));
+      const auto wave = run_requests(*engine.client, prompts, output_len, clock, "bench-" + std::to_string(begin) + "-");
+      timings.insert(timings.end(), wave.begin(), wave.end());
+    }
+    const double wall = clock.seconds();
+    std::vector<double> ttft, tpot;
+    int64_t outputs = 0;
+    for (const RequestTiming& timing : timings) {
+      ttft.push_back(timing.first_token - timing.submitted);
+      if (timing.output_tokens > 1)
+        tpot.push_back((timing.finished - timing.first_token) / static_cast<double>(timing.output_tokens - 1));
+      outputs += timing.output_tokens;
+    }
+    result["concurrency"] = concurrency;
+    result["num_prompts"] = num_prompts;
+    result["input_len"] = input_len;
+    result["output_len"] = output_len;
+    result["wall_seconds"] = wall;
+    result["prompt_tokens_per_s"] = static_cast<double>(num_prompts * input_len) / wall;
+    result["output_tokens_per_s"] = static_cast<double>(outputs) / wall;
+    result["mean_ttft_ms"] = mean(ttft) * 1e3;
+    result["mean_tpot_ms"] = mean(tpot) * 1e3;
+    const EngineStats stats = engine.client->stats();
+    result["preemptions"] = stats.preemptions;
+    std::printf("concurrency %lld, %lld prompts of %lld tokens, %lld output tokens each: %.2f s\n",
+                static_cast<long long>(concurrency), static_cast<long long>(num_prompts),
+                static_cast<long long>(input_len), static_cast<long long>(output_len), wall);
+    std::printf("  prompt  %8.1f tokens/s\n  output  %8.1f tokens/s\n  TTFT    %8.1f ms (mean)\n  TPOT    %8.1f ms (mean)\n",
+                result["prompt_tokens_per_s"].get<double>(), result["output_tokens_per_s"].get<double>(),
+                result["mean_ttft_ms"].get<double>(), result["mean_tpot_ms"].get<double>());
+  } else {
+    const int64_t pp = args.has("pp") ? args.get_int("pp") : 0, tg = args.has("tg") ? args.get_int("tg") : 0;
+    const int64_t repetitions = args.get_int("repetitions");
+    if (pp < 0 || tg < 0 || repetitions < 1) fail("--pp and --tg must be >= 0 and --repetitions >= 1");
+    config.max_num_seqs = 1;
+    config.max_model_len = std::max<int64_t>(config.max_model_len, std::max(pp, tg) + 2);
+    // The prompt test computes the whole prompt in one step, as llama-bench's batch does.
+    if (!args.has("max-num-batched-tokens")) config.max_num_batched_tokens = std::max<int64_t>(pp, 512);
+    config.prefix_caching = false;  // a repeated prompt must be recomputed, not served from the cache
+    LoadedEngine engine = load_engine(args.get("model"), config, thread_count_from_flag(args.get_int("threads")));
+    const int vocab = engine.model->config().vocab_size;
+    Stopwatch warm_clock;
+    run_requests(*engine.client, {random_prompt(random, 8, vocab)}, 2, warm_clock, "warmup-");
+    std::vector<double> pp_rates, tg_rates;
+    for (int64_t r = 0; r < repetitions; ++r) {
+      if (pp > 0) {
+        Stopwatch clock;
+        const auto timing = run_requests(*engine.client, {random_prompt(random, pp, vocab)}, 1, clock, "pp-" + std::to_string(r));
+        pp_rates.push_back(static_cast<double>(pp) / (timing[0].first_token - timing[0].submitted));
+      }
+      if (tg > 0) {
+        // One prompt token, then tg generated: the first comes from the prompt step.
+        Stopwatch clock;
+        const auto timing = run_requests(*engine.client, {random_prompt(random, 1, vocab)}, tg + 1, clock, "tg-" + std::to_string(r));
+        tg_rates.push_back(static_cast<double>(tg) / (timing[0].finished - timing[0].first_token));
+      }
+    }
+    if (pp > 0) {
+      result["pp"] = pp;
+      result["pp_tokens_per_s"] = mean(pp_rates);
+      std::printf("pp%lld  %8.1f tokens/s\n", static_cast<long long>(pp), mean(pp_rates));
+    }
+    if (tg > 0) {
+      result["tg"] = tg;
+      result["tg_tokens_per_s"] = mean(tg_rates);
+      std::printf("tg%lld  %8.1f tokens/s\n", static_cast<long long>(tg), mean(tg_rates));
+    }
+  }
+  if (args.flag("json")) std::printf("%s\n", result.dump().c_str());
+  return 0;
+}
+
+}  // namespace ernie

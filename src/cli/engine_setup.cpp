@@ -1,0 +1,86 @@
+#include "cli/engine_setup.h"
+
+#include "cli/model_loading.h"
+#include "model/generation_config.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/process_stats.h"
+
+namespace ernie {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::string(value) : fallback;
+}
+
+}  // namespace
+
+std::vector<OptionSpec> engine_option_specs() {
+  return {
+      {"max-model-len", "N", "most tokens (prompt + output) of one request", "2048"},
+      {"max-num-seqs", "N", "most requests running at once", "8"},
+      {"max-num-batched-tokens", "N", "token budget of one engine step (default: 512, or --max-model-len without chunked prefill)", ""},
+      {"block-size", "N", "tokens per KV cache block", "64"},
+      {"gpu-memory-utilization", "F", "share of this machine's memory for weights, activations and KV cache", "0.9"},
+      {"num-gpu-blocks-override", "N", "fix the number of KV blocks instead of sizing them from memory", ""},
+      {"kv-cache-ratio", "F", "V0 scheduler (ENABLE_V1_KVCACHE_SCHEDULER=0) only: share of blocks prompts may take at admission", "0.75"},
+      {"enable-chunked-prefill", "", "split long prompts over steps (on by default here; FD_DISABLE_CHUNKED_PREFILL=1 turns it off)", ""},
+      {"enable-prefix-caching", "", "reuse the KV blocks of shared prompt prefixes (on by default)", ""},
+      {"no-enable-prefix-caching", "", "turn prefix caching off", ""},
+      {"seed", "S", "seeds the requests that bring no seed of their own", "0"},
+      {"threads", "N", "worker threads, 0 = one per hardware thread", "0"},
+  };
+}
+
+EngineConfig engine_config_from_args(const ParsedArgs& args) {
+  EngineConfig config;
+  config.max_model_len = args.get_int("max-model-len");
+  const int64_t max_seqs = args.get_int("max-num-seqs");
+  config.max_num_seqs = static_cast<int>(std::clamp<int64_t>(max_seqs, INT32_MIN, INT32_MAX));
+  if (args.has("max-num-batched-tokens")) config.max_num_batched_tokens = args.get_int("max-num-batched-tokens");
+  config.block_size = static_cast<int>(args.get_int("block-size"));
+  config.gpu_memory_utilization = args.get_double("gpu-memory-utilization");
+  if (args.has("num-gpu-blocks-override"))
+    config.num_gpu_blocks_override = static_cast<int>(args.get_int("num-gpu-blocks-override"));
+  config.kv_cache_ratio = args.get_double("kv-cache-ratio");
+  config.seed = static_cast<uint64_t>(args.get_int("seed"));
+
+  if (args.flag("enable-prefix-caching") && args.flag("no-enable-prefix-caching"))
+    fail("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
+  config.prefix_caching = !args.flag("no-enable-prefix-caching");
+
+  const std::string v1 = env_or("ENABLE_V1_KVCACHE_SCHEDULER", "1");
+  if (v1 != "0" && v1 != "1") fail("ENABLE_V1_KVCACHE_SCHEDULER must be 0 or 1, got \"", v1, "\"");
+  config.v1_scheduler = v1 == "1";
+  if (config.v1_scheduler && args.has("kv-cache-ratio"))
+    log_info("--kv-cache-ratio has no effect under the V1 scheduler (ENABLE_V1_KVCACHE_SCHEDULER=1, the default)");
+
+  const std::string no_chunking = env_or("FD_DISABLE_CHUNKED_PREFILL", "0");
+  if (no_chunking != "0" && no_chunking != "1")
+    fail("FD_DISABLE_CHUNKED_PREFILL must be 0 or 1, got \"", no_chunking, "\"");
+  config.chunked_prefill = no_chunking == "0";
+  if (!config.chunked_prefill && args.flag("enable-chunked-prefill"))
+    log_info("FD_DISABLE_CHUNKED_PREFILL=1 overrides --enable-chunked-prefill: prompts are prefilled whole");
+  config.sampling_class = sampling_class_from_env();
+  return config;
+}
+
+LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& config, size_t threads) {
+  LoadedEngine loaded;
+  loaded.pool = std::make_unique<ThreadPool>(threads);
+  loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(model_dir));
+  loaded.model = load_model_reporting(model_dir, *loaded.pool);
+  validate_engine_config(config, loaded.model->config());
+  const GenerationConfig generation = load_generation_config(model_dir);
+  const std::vector<int>& eos = generation.eos_token_ids.empty() ? loaded.model->config().eos_token_ids
+                                                                  : generation.eos_token_ids;
+  const int blocks = plan_kv_blocks(config, loaded.model->config(), loaded.model->load_report().tensor_bytes,
+                                    physical_memory_bytes());
+  auto engine = std::make_unique<Engine>(*loaded.model, *loaded.tokenizer, config, blocks,
+                                         std::vector<int32_t>(eos.begin(), eos.end()));
+  loaded.client = std::make_unique<EngineClient>(std::move(engine));
+  return loaded;
+}
+
+}  // namespace ernie

@@ -1,0 +1,88 @@
+// The engine core: requests in, one scheduler step at a time, outputs out. It runs on
+// one thread (EngineClient's), so it needs no locks; it never blocks on anything but
+// the forward pass.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine_config.h"
+#include "engine/kv_block_pool.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/text_stream.h"
+#include "model/ernie_model.h"
+#include "text/tokenizer.h"
+#include "util/random.h"
+
+namespace ernie {
+
+struct GenerateRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+struct EngineStats {
+  size_t running = 0;
+  size_t waiting = 0;
+  int blocks_total = 0;
+  int blocks_free = 0;
+  int blocks_cached = 0;
+  PrefixCacheStats prefix_cache;
+  int64_t steps = 0;
+  int64_t prompt_tokens_computed = 0;
+  int64_t generated_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t finished_requests = 0;
+};
+
+class Engine {
+ public:
+  // `model` and `tokenizer` must outlive the engine. `num_blocks` comes from
+  // plan_kv_blocks. `eos_token_ids` end a request unless it ignores them.
+  Engine(ErnieModel& model, const Tokenizer& tokenizer, const EngineConfig& config, int num_blocks,
+         std::vector<int32_t> eos_token_ids);
+  ~Engine();
+
+  // Validates and queues a request. Throws ernie::Error naming what is wrong (empty or
+  // too long prompt, bad sampling parameters, duplicate id).
+  void add_request(GenerateRequest request);
+  // Finishes a request with FinishReason::kAbort; returns its final output, if it existed.
+  std::optional<RequestOutput> abort_request(const std::string& id);
+
+  bool has_work() const { return !scheduler_.idle(); }
+  // Runs one step; returns an output for every request that produced tokens or finished.
+  std::vector<RequestOutput> step();
+
+  EngineStats stats() const;
+  const EngineConfig& config() const { return config_; }
+  const ModelConfig& model_config() const { return model_.config(); }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+
+ private:
+  struct Live {
+    EngineRequest request;
+    std::unique_ptr<TextStream> text;
+  };
+  RequestOutput base_output(const EngineRequest& request) const;
+  void finish(Live& live, FinishReason reason, RequestOutput& output);
+  bool is_eos(int32_t token) const;
+
+  ErnieModel& model_;
+  const Tokenizer& tokenizer_;
+  EngineConfig config_;
+  std::vector<int32_t> eos_token_ids_;
+  KvBlockPool pool_;
+  KvCacheManager cache_manager_;
+  Scheduler scheduler_;
+  Random seeds_;
+  std::map<std::string, std::unique_ptr<Live>> live_;
+  EngineStats counters_;
+};
+
+}  // namespace ernie

@@ -1,0 +1,150 @@
+#include "engine/engine_client.h"
+
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ernie {
+
+void OutputStream::push(RequestOutput output) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    final_pushed_ = final_pushed_ || output.finished();
+    queue_.push_back(std::move(output));
+  }
+  ready_.notify_all();
+}
+
+std::optional<RequestOutput> OutputStream::next() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ready_.wait(lock, [&] { return !queue_.empty() || final_taken_; });
+  if (queue_.empty()) return std::nullopt;
+  RequestOutput output = std::move(queue_.front());
+  queue_.pop_front();
+  final_taken_ = final_taken_ || output.finished();
+  return output;
+}
+
+std::optional<RequestOutput> OutputStream::next_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!ready_.wait_for(lock, timeout, [&] { return !queue_.empty() || final_taken_; })) return std::nullopt;
+  if (queue_.empty()) return std::nullopt;
+  RequestOutput output = std::move(queue_.front());
+  queue_.pop_front();
+  final_taken_ = final_taken_ || output.finished();
+  return output;
+}
+
+bool OutputStream::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return final_taken_;
+}
+
+EngineClient::EngineClient(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
+  stats_ = engine_->stats();
+  thread_ = std::thread([this] { run(); });
+}
+
+EngineClient::~EngineClient() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<OutputStream> EngineClient::submit(GenerateRequest request) {
+  // Cheap checks here so the caller gets its error at once; the engine re-checks.
+  const int vocab = engine_->model_config().vocab_size;
+  if (request.prompt.empty()) fail("the prompt is empty; at least one token is needed");
+  if (static_cast<int64_t>(request.prompt.size()) >= engine_->config().max_model_len)
+    fail("the prompt has ", request.prompt.size(), " tokens but --max-model-len is ", engine_->config().max_model_len,
+         ", which must leave room for at least one generated token");
+  validate_sampling_params(request.params, vocab);
+  auto stream = std::make_shared<OutputStream>();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) fail("the engine is shutting down");
+    inbox_.emplace_back(std::move(request), stream);
+  }
+  work_.notify_one();
+  return stream;
+}
+
+void EngineClient::abort(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborts_.push_back(request_id);
+  }
+  work_.notify_one();
+}
+
+EngineStats EngineClient::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void EngineClient::run() {
+  for (;;) {
+    std::deque<std::pair<GenerateRequest, std::shared_ptr<OutputStream>>> arrived;
+    std::deque<std::string> aborted;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !aborts_.empty() || engine_->has_work(); });
+      if (stopping_) break;
+      arrived.swap(inbox_);
+      aborted.swap(aborts_);
+    }
+    for (auto& [request, stream] : arrived) {
+      const std::string id = request.id;
+      try {
+        engine_->add_request(std::move(request));
+        streams_[id] = stream;
+      } catch (const Error& error) {
+        RequestOutput output;
+        output.request_id = id;
+        output.finish_reason = FinishReason::kError;
+        output.error = error.what();
+        stream->push(std::move(output));
+      }
+    }
+    for (const std::string& id : aborted) {
+      if (std::optional<RequestOutput> output = engine_->abort_request(id)) {
+        streams_[id]->push(std::move(*output));
+        streams_.erase(id);
+      }
+    }
+    std::vector<RequestOutput> outputs;
+    try {
+      outputs = engine_->step();
+    } catch (const std::exception& error) {
+      // A failed step fails every request in it rather than the process.
+      log_warning("engine step failed: ", error.what());
+      for (auto& [id, stream] : streams_) {
+        engine_->abort_request(id);
+        RequestOutput output;
+        output.request_id = id;
+        output.finish_reason = FinishReason::kError;
+        output.error = "internal error in the engine step";
+        stream->push(std::move(output));
+      }
+      streams_.clear();
+    }
+    for (RequestOutput& output : outputs) {
+      const auto found = streams_.find(output.request_id);
+      if (found == streams_.end()) continue;
+      const bool finished = output.finished();
+      found->second->push(std::move(output));
+      if (finished) streams_.erase(found);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_ = engine_->stats();
+  }
+  // Shutting down: every open stream ends with "abort".
+  for (auto& [id, stream] : streams_) {
+    if (std::optional<RequestOutput> output = engine_->abort_request(id)) stream->push(std::move(*output));
+  }
+  streams_.clear();
+}
+
+}  // namespace ernie

@@ -1,0 +1,68 @@
+// The only door into the engine for everything else (the HTTP server, `ernie run`,
+// `ernie bench`). Thread-safe: submit and abort from any thread; the engine runs on its
+// own thread and hands outputs to per-request streams without ever waiting for the
+// reader, so a slow client cannot stall the others.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "engine/engine.h"
+
+namespace ernie {
+
+// The outputs of one request, in order. The last one has finished() true.
+class OutputStream {
+ public:
+  // Blocks until the next output; nullopt once the final output has been taken.
+  std::optional<RequestOutput> next();
+  // As next(), giving up after `timeout` (returns nullopt then too; check done()).
+  std::optional<RequestOutput> next_for(std::chrono::milliseconds timeout);
+  bool done() const;
+
+ private:
+  friend class EngineClient;
+  void push(RequestOutput output);
+
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<RequestOutput> queue_;
+  bool final_pushed_ = false;
+  bool final_taken_ = false;
+};
+
+class EngineClient {
+ public:
+  explicit EngineClient(std::unique_ptr<Engine> engine);
+  ~EngineClient();  // aborts what is still running and joins the engine thread
+  EngineClient(const EngineClient&) = delete;
+  EngineClient& operator=(const EngineClient&) = delete;
+
+  // Queues a request; throws ernie::Error at once for an invalid one.
+  std::shared_ptr<OutputStream> submit(GenerateRequest request);
+  // Finishes the request with reason "abort" (no effect if it already finished).
+  void abort(const std::string& request_id);
+  // Live figures for metrics, taken after the latest step.
+  EngineStats stats() const;
+
+ private:
+  void run();
+
+  std::unique_ptr<Engine> engine_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_;
+  std::deque<std::pair<GenerateRequest, std::shared_ptr<OutputStream>>> inbox_;
+  std::deque<std::string> aborts_;
+  std::map<std::string, std::shared_ptr<OutputStream>> streams_;  // engine thread only
+  EngineStats stats_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ernie

@@ -1,0 +1,42 @@
+// The engine's settings, with FastDeploy's flag names and meanings (README lists the
+// flags and where our CPU defaults differ from FastDeploy's GPU ones).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "engine/sampling_params.h"
+#include "model/config.h"
+
+namespace ernie {
+
+struct EngineConfig {
+  int block_size = 64;                          // --block-size
+  double gpu_memory_utilization = 0.9;          // --gpu-memory-utilization: share of this machine's RAM
+  std::optional<int> num_gpu_blocks_override;   // --num-gpu-blocks-override
+  int max_num_seqs = 8;                         // --max-num-seqs
+  std::optional<int64_t> max_num_batched_tokens;  // --max-num-batched-tokens (default below)
+  int64_t max_model_len = 2048;                 // --max-model-len
+  bool chunked_prefill = true;                  // --enable-chunked-prefill / FD_DISABLE_CHUNKED_PREFILL
+  bool prefix_caching = true;                   // --enable-prefix-caching / --no-enable-prefix-caching
+  bool v1_scheduler = true;                     // ENABLE_V1_KVCACHE_SCHEDULER
+  double kv_cache_ratio = 0.75;                 // --kv-cache-ratio (V0 scheduler only)
+  SamplingClass sampling_class = SamplingClass::kBase;  // FD_SAMPLING_CLASS
+  uint64_t seed = 0;                            // seeds requests that bring no seed
+
+  // Tokens per step when the flag is absent: 512 with chunked prefill (a CPU computes a
+  // 2048-token chunk for seconds, stalling every decode behind it), else max_model_len
+  // so that any prompt fits one step, as FastDeploy does.
+  int64_t effective_max_num_batched_tokens() const;
+};
+
+// Checks ranges and combinations; throws ernie::Error naming the flag.
+void validate_engine_config(const EngineConfig& config, const ModelConfig& model);
+
+// How many KV blocks to make: the override, or what fits in gpu_memory_utilization of
+// `machine_bytes` after the weights and the activations of one full step. Refuses,
+// with the numbers, a pool that cannot hold one max_model_len sequence.
+int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_t weight_bytes,
+                   uint64_t machine_bytes);
+
+}  // namespace ernie

@@ -1,0 +1,104 @@
+#include "engine/kv_block_pool.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+
+#include "util/error.h"
+
+namespace ernie {
+
+uint64_t chain_block_hash(uint64_t parent_hash, std::span<const int32_t> tokens) {
+  // A 64-bit mix (splitmix finaliser per word). Collisions are harmless: lookups also
+  // compare the tokens.
+  uint64_t hash = parent_hash ^ (0x9e3779b97f4a7c15ull * (tokens.size() + 1));
+  for (int32_t token : tokens) {
+    hash ^= static_cast<uint32_t>(token) + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
+    hash = (hash ^ (hash >> 30)) * 0xbf58476d1ce4e5b9ull;
+    hash = (hash ^ (hash >> 27)) * 0x94d049bb133111ebull;
+    hash ^= hash >> 31;
+  }
+  return hash;
+}
+
+uint64_t KvBlockPool::bytes_per_block(int num_layers, int64_t kv_width, int block_size) {
+  return 2ull * static_cast<uint64_t>(num_layers) * static_cast<uint64_t>(block_size) *
+         static_cast<uint64_t>(kv_width) * sizeof(float);
+}
+
+KvBlockPool::KvBlockPool(int num_layers, int64_t kv_width, int block_size, int num_blocks)
+    : num_layers_(num_layers), kv_width_(kv_width), block_size_(block_size), num_blocks_(num_blocks) {
+  if (num_blocks <= 0 || block_size <= 0) fail("KV block pool needs at least one block of at least one position");
+  storage_bytes_ = bytes_per_block(num_layers, kv_width, block_size) * static_cast<uint64_t>(num_blocks);
+  void* mapping = mmap(nullptr, storage_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+  if (mapping == MAP_FAILED)
+    fail("cannot reserve ", storage_bytes_ / (1 << 20), " MiB for the KV cache: ", std::strerror(errno));
+  storage_ = static_cast<float*>(mapping);
+  blocks_.resize(static_cast<size_t>(num_blocks));
+  block_tokens_.resize(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size));
+  for (BlockId block = 0; block < num_blocks; ++block)
+    blocks_[static_cast<size_t>(block)].free_position = free_queue_.insert(free_queue_.end(), block);
+}
+
+KvBlockPool::~KvBlockPool() { munmap(storage_, storage_bytes_); }
+
+KvBlockPoolStats KvBlockPool::stats() const {
+  return {num_blocks_, num_free_blocks(), static_cast<int>(cached_by_hash_.size())};
+}
+
+float* KvBlockPool::row(BlockId block, int layer, int offset, int kind) {
+  assert(block >= 0 && block < num_blocks_ && offset >= 0 && offset < block_size_);
+  const int64_t index =
+      ((static_cast<int64_t>(block) * 2 + kind) * num_layers_ + layer) * block_size_ + offset;
+  return storage_ + index * kv_width_;
+}
+
+void KvBlockPool::forget_identity(BlockId block) {
+  BlockState& state = blocks_[static_cast<size_t>(block)];
+  if (!state.cached) return;
+  cached_by_hash_.erase(state.hash);
+  state.cached = false;
+}
+
+std::optional<BlockId> KvBlockPool::allocate() {
+  if (free_queue_.empty()) return std::nullopt;
+  const BlockId block = free_queue_.front();
+  free_queue_.pop_front();
+  forget_identity(block);  // evicts it from the prefix cache if it was cached
+  blocks_[static_cast<size_t>(block)].ref_count = 1;
+  return block;
+}
+
+void KvBlockPool::release(BlockId block) {
+  BlockState& state = blocks_[static_cast<size_t>(block)];
+  if (state.ref_count <= 0) fail("KV block ", block, " released more often than acquired");
+  if (--state.ref_count == 0) state.free_position = free_queue_.insert(free_queue_.end(), block);
+}
+
+std::optional<BlockId> KvBlockPool::acquire_cached(uint64_t hash, std::span<const int32_t> tokens) {
+  const auto found = cached_by_hash_.find(hash);
+  if (found == cached_by_hash_.end()) return std::nullopt;
+  const BlockId block = found->second;
+  const int32_t* stored = block_tokens_.data() + static_cast<size_t>(block) * static_cast<size_t>(block_size_);
+  if (!std::equal(tokens.begin(), tokens.end(), stored)) return std::nullopt;
+  BlockState& state = blocks_[static_cast<size_t>(block)];
+  if (state.ref_count++ == 0) free_queue_.erase(state.free_position);
+  return block;
+}
+
+void KvBlockPool::register_cached(BlockId block, uint64_t hash, std::span<const int32_t> tokens) {
+  BlockState& state = blocks_[static_cast<size_t>(block)];
+  if (state.cached || cached_by_hash_.count(hash) != 0) return;
+  if (static_cast<int>(tokens.size()) != block_size_) fail("only full KV blocks can be cached");
+  std::copy(tokens.begin(), tokens.end(),
+            block_tokens_.begin() + static_cast<int64_t>(block) * block_size_);
+  state.cached = true;
+  state.hash = hash;
+  cached_by_hash_[hash] = block;
+}
+
+}  // namespace ernie

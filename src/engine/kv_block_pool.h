@@ -1,0 +1,85 @@
+// The paged KV cache's storage and its block bookkeeping. Every block holds the keys
+// and values of `block_size` consecutive positions for every layer, in fp32. Blocks
+// are reference-counted: a full block may be shared by several requests through the
+// prefix cache. A block whose count drops to zero joins the free queue but keeps its
+// cached identity until it is handed out again, least recently released first (LRU).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace ernie {
+
+using BlockId = int32_t;
+
+// Chains a full block's hash over its parent's: equal hashes mean equal token prefixes
+// (the pool also compares the tokens, so a hash collision can never alias two blocks).
+uint64_t chain_block_hash(uint64_t parent_hash, std::span<const int32_t> tokens);
+inline constexpr uint64_t kRootBlockHash = 0x45524e4945343521ull;  // parent of a sequence's first block
+
+struct KvBlockPoolStats {
+  int num_blocks = 0;
+  int free_blocks = 0;    // unreferenced, including evictable cached ones
+  int cached_blocks = 0;  // blocks that carry a prefix-cache identity
+};
+
+class KvBlockPool {
+ public:
+  KvBlockPool(int num_layers, int64_t kv_width, int block_size, int num_blocks);
+  ~KvBlockPool();
+  KvBlockPool(const KvBlockPool&) = delete;
+  KvBlockPool& operator=(const KvBlockPool&) = delete;
+
+  int block_size() const { return block_size_; }
+  int num_blocks() const { return num_blocks_; }
+  int num_free_blocks() const { return static_cast<int>(free_queue_.size()); }
+  // Bytes of one block: K and V for every layer and position.
+  static uint64_t bytes_per_block(int num_layers, int64_t kv_width, int block_size);
+  KvBlockPoolStats stats() const;
+
+  float* key(BlockId block, int layer, int offset) { return row(block, layer, offset, 0); }
+  float* value(BlockId block, int layer, int offset) { return row(block, layer, offset, 1); }
+
+  // A block with reference count 1 and no cached identity, evicting the least recently
+  // released cached block if it has to; nullopt when every block is referenced.
+  std::optional<BlockId> allocate();
+  // Drops one reference; at zero the block joins the free queue's tail.
+  void release(BlockId block);
+
+  // The cached block holding exactly `tokens` under `hash`, with one more reference
+  // (taken off the free queue if it was there); nullopt on a miss.
+  std::optional<BlockId> acquire_cached(uint64_t hash, std::span<const int32_t> tokens);
+  // Gives a referenced, full block the identity (hash, tokens). If another block
+  // already holds that identity, nothing changes: the first one stays the cached copy.
+  void register_cached(BlockId block, uint64_t hash, std::span<const int32_t> tokens);
+  bool is_cached(BlockId block) const { return blocks_[static_cast<size_t>(block)].cached; }
+  int ref_count(BlockId block) const { return blocks_[static_cast<size_t>(block)].ref_count; }
+
+ private:
+  struct BlockState {
+    int ref_count = 0;
+    bool cached = false;
+    uint64_t hash = 0;
+    std::list<BlockId>::iterator free_position;  // valid while ref_count == 0
+  };
+
+  float* row(BlockId block, int layer, int offset, int kind);
+  void forget_identity(BlockId block);
+
+  int num_layers_;
+  int64_t kv_width_;
+  int block_size_;
+  int num_blocks_;
+  size_t storage_bytes_ = 0;
+  float* storage_ = nullptr;  // anonymous mapping: pages cost memory only once written
+  std::vector<BlockState> blocks_;
+  std::vector<int32_t> block_tokens_;  // [num_blocks][block_size], for cached blocks
+  std::list<BlockId> free_queue_;      // front = evicted first
+  std::unordered_map<uint64_t, BlockId> cached_by_hash_;
+};
+
+}  // namespace ernie

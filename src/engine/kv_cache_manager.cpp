@@ -1,0 +1,78 @@
+#include "engine/kv_cache_manager.h"
+
+#include <span>
+
+#include "util/error.h"
+
+namespace ernie {
+
+int64_t KvCacheManager::acquire_cached_prefix(EngineRequest& request) {
+  if (!prefix_caching_ || !request.block_table.empty()) return 0;
+  const int block_size = pool_.block_size();
+  const std::span<const int32_t> tokens(request.tokens);
+  // At most the blocks before the last token: that token must be computed.
+  const int64_t max_blocks = (request.num_tokens() - 1) / block_size;
+  uint64_t hash = kRootBlockHash;
+  int64_t matched_blocks = 0;
+  for (; matched_blocks < max_blocks; ++matched_blocks) {
+    const auto block_tokens = tokens.subspan(static_cast<size_t>(matched_blocks * block_size), static_cast<size_t>(block_size));
+    hash = chain_block_hash(hash, block_tokens);
+    const std::optional<BlockId> block = pool_.acquire_cached(hash, block_tokens);
+    if (!block) break;
+    request.block_table.push_back(*block);
+    request.last_registered_hash = hash;
+  }
+  request.num_registered_blocks = matched_blocks;
+  const int64_t matched_tokens = matched_blocks * block_size;
+  stats_.queries += 1;
+  stats_.queried_tokens += request.num_tokens();
+  stats_.hit_tokens += matched_tokens;
+  stats_.hits += matched_blocks > 0 ? 1 : 0;
+  return matched_tokens;
+}
+
+bool KvCacheManager::allocate_slots(EngineRequest& request, int64_t num_tokens) {
+  const int needed = blocks_needed(num_tokens) - static_cast<int>(request.block_table.size());
+  if (needed <= 0) return true;
+  if (needed > pool_.num_free_blocks()) return false;
+  for (int i = 0; i < needed; ++i) request.block_table.push_back(*pool_.allocate());
+  return true;
+}
+
+void KvCacheManager::register_computed_blocks(EngineRequest& request) {
+  if (!prefix_caching_) return;
+  const int block_size = pool_.block_size();
+  const std::span<const int32_t> tokens(request.tokens);
+  const int64_t full_blocks = request.num_computed_tokens / block_size;
+  for (int64_t index = request.num_registered_blocks; index < full_blocks; ++index) {
+    const auto block_tokens = tokens.subspan(static_cast<size_t>(index * block_size), static_cast<size_t>(block_size));
+    request.last_registered_hash = chain_block_hash(request.last_registered_hash, block_tokens);
+    pool_.register_cached(request.block_table[static_cast<size_t>(index)], request.last_registered_hash, block_tokens);
+  }
+  request.num_registered_blocks = std::max(request.num_registered_blocks, full_blocks);
+}
+
+void KvCacheManager::free(EngineRequest& request) {
+  for (auto block = request.block_table.rbegin(); block != request.block_table.rend(); ++block) pool_.release(*block);
+  request.block_table.clear();
+  request.num_registered_blocks = 0;
+  request.last_registered_hash = kRootBlockHash;
+}
+
+void PagedKvCache::reserve(int64_t num_positions) {
+  const int64_t capacity = static_cast<int64_t>(table_.size()) * pool_.block_size();
+  if (num_positions > capacity)
+    fail("internal: request needs ", num_positions, " KV positions but its blocks hold ", capacity);
+}
+
+float* PagedKvCache::key(int layer, int64_t position) {
+  const int64_t block_size = pool_.block_size();
+  return pool_.key(table_[static_cast<size_t>(position / block_size)], layer, static_cast<int>(position % block_size));
+}
+
+float* PagedKvCache::value(int layer, int64_t position) {
+  const int64_t block_size = pool_.block_size();
+  return pool_.value(table_[static_cast<size_t>(position / block_size)], layer, static_cast<int>(position % block_size));
+}
+
+}  // namespace ernie

@@ -1,0 +1,45 @@
+// What the engine knows about one request while it runs. Its tokens (prompt, then
+// output) are the single source of truth: num_computed_tokens catches up with them one
+// chunk at a time, whether the request is prefilling, decoding, or recomputing after
+// preemption.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/kv_block_pool.h"
+#include "engine/request_output.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+
+namespace ernie {
+
+enum class RequestStatus { kWaiting, kRunning, kFinished };
+
+struct EngineRequest {
+  std::string id;
+  std::vector<int32_t> tokens;  // prompt followed by the generated tokens
+  int64_t prompt_length = 0;
+  SamplingParams params;
+  int64_t max_total_tokens = 0;  // prompt + max_tokens, capped by max_model_len
+
+  RequestStatus status = RequestStatus::kWaiting;
+  int64_t num_computed_tokens = 0;  // tokens whose keys and values are in the cache
+  std::vector<BlockId> block_table;
+  int64_t num_registered_blocks = 0;  // leading full blocks already offered to the prefix cache
+  uint64_t last_registered_hash = kRootBlockHash;
+  std::optional<int64_t> cached_tokens;  // prefix-cache hit of the first admission
+  int num_preemptions = 0;
+
+  std::unique_ptr<RequestSampler> sampler;
+  std::chrono::steady_clock::time_point arrival;
+
+  int64_t num_output_tokens() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+}  // namespace ernie

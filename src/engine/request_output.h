@@ -1,0 +1,31 @@
+// What a request's stream delivers: increments of tokens and text as they are
+// generated, and a final output with the finish reason and counts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace ernie {
+
+enum class FinishReason { kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", "abort", "error"
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> token_ids;        // tokens generated since the previous output
+  std::string text;                      // their text (stop strings trimmed unless asked)
+  std::vector<SampledToken> logprobs;    // one per token when logprobs were requested
+  std::optional<FinishReason> finish_reason;
+  std::string error;                     // with FinishReason::kError
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;             // prompt tokens served by the prefix cache
+  int64_t completion_tokens = 0;         // generated so far
+
+  bool finished() const { return finish_reason.has_value(); }
+};
+
+}  // namespace ernie

@@ -1,0 +1,63 @@
+// Decides, every engine step, which requests compute how many tokens. One token budget
+// per step; no prefill or decode phases: each running request first takes what it
+// needs (1 token when decoding, the rest of its prompt chunk when prefilling), then
+// waiting requests are admitted in arrival order with chunks of their prompts. When
+// blocks run out, the most recently admitted running request is preempted: its blocks
+// are freed and it goes back to the front of the queue to be recomputed later.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/kv_cache_manager.h"
+#include "engine/request.h"
+
+namespace ernie {
+
+struct SchedulerConfig {
+  int max_num_seqs = 8;
+  int64_t max_num_batched_tokens = 512;
+  bool chunked_prefill = true;
+  // FastDeploy's older (V0) admission: prompts may hold at most this share of the
+  // blocks at admission; the rest stays for decoding. Off (V1) by default.
+  bool v0_admission = false;
+  double kv_cache_ratio = 0.75;
+};
+
+struct ScheduledChunk {
+  EngineRequest* request = nullptr;
+  int64_t start = 0;  // first token position computed in this step
+  int64_t num_tokens = 0;
+};
+
+struct SchedulerStep {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<EngineRequest*> preempted;
+  int64_t num_tokens() const;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, KvCacheManager& cache) : config_(config), cache_(cache) {}
+
+  void add(EngineRequest* request);
+  // Removes a request wherever it is and frees its blocks.
+  void remove(EngineRequest* request);
+  SchedulerStep schedule();
+
+  size_t num_running() const { return running_.size(); }
+  size_t num_waiting() const { return waiting_.size(); }
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+
+ private:
+  void preempt(EngineRequest* request);
+  bool admit_under_v0_ratio(const EngineRequest& request) const;
+
+  SchedulerConfig config_;
+  KvCacheManager& cache_;
+  std::deque<EngineRequest*> running_;  // in admission order: the back is preempted first
+  std::deque<EngineRequest*> waiting_;
+};
+
+}  // namespace ernie

@@ -1,0 +1,330 @@
+// The engine's promise: a request's greedy output does not depend on what else runs,
+// how its prompt is chunked, whether it was preempted and recomputed, or whether its
+// prefix came from the cache. And every block is free again afterwards.
+#include "engine/engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "support/test_support.h"
+#include "util/error.h"
+
+namespace ernie {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Finished {
+  std::vector<int32_t> tokens;
+  std::string text;
+  RequestOutput final_output;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pool_ = new ThreadPool(2);
+    model_ = ErnieModel::load(testing::golden_model_dir("tiny-moe"), *pool_).release();
+    tokenizer_ = new Tokenizer(Tokenizer::load(testing::golden_model_dir("tiny-moe")));
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    delete model_;
+    delete pool_;
+  }
+
+  static EngineConfig small_config() {
+    EngineConfig config;
+    config.block_size = 16;
+    config.max_model_len = 512;
+    config.max_num_seqs = 16;
+    return config;
+  }
+
+  std::unique_ptr<Engine> make_engine(const EngineConfig& config, int blocks) {
+    return std::make_unique<Engine>(*model_, *tokenizer_, config, blocks, std::vector<int32_t>{2});
+  }
+
+  static std::vector<int32_t> prompt(int seed, int length) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < length; ++i) ids.push_back(20 + (seed * 7919 + i * 104729) % 4000);
+    return ids;
+  }
+
+  static GenerateRequest greedy(const std::string& id, std::vector<int32_t> ids, int max_tokens) {
+    GenerateRequest request{id, std::move(ids), {}};
+    request.params.temperature = 0.0f;
+    request.params.max_tokens = max_tokens;
+    request.params.ignore_eos = true;
+    return request;
+  }
+
+  // Steps until every request finished; collects each request's tokens and text.
+  std::map<std::string, Finished> run(Engine& engine, std::vector<GenerateRequest> requests) {
+    for (auto& request : requests) engine.add_request(std::move(request));
+    std::map<std::string, Finished> results;
+    for (int steps = 0; engine.has_work(); ++steps) {
+      if (steps > 100000) ADD_FAILURE() << "engine does not finish";
+      for (RequestOutput& output : engine.step()) {
+        Finished& finished = results[output.request_id];
+        finished.tokens.insert(finished.tokens.end(), output.token_ids.begin(), output.token_ids.end());
+        finished.text += output.text;
+        if (output.finished()) finished.final_output = output;
+      }
+    }
+    return results;
+  }
+
+  std::vector<int32_t> alone(const GenerateRequest& request) {
+    EngineConfig config = small_config();
+    config.prefix_caching = false;
+    auto engine = make_engine(config, 64);
+    return run(*engine, {request})[request.id].tokens;
+  }
+
+  static void expect_all_blocks_free(const Engine& engine) {
+    const EngineStats stats = engine.stats();
+    EXPECT_EQ(stats.blocks_free, stats.blocks_total);
+    EXPECT_EQ(stats.running, 0u);
+    EXPECT_EQ(stats.waiting, 0u);
+  }
+
+  static ThreadPool* pool_;
+  static ErnieModel* model_;
+  static Tokenizer* tokenizer_;
+};
+
+ThreadPool* EngineTest::pool_ = nullptr;
+ErnieModel* EngineTest::model_ = nullptr;
+Tokenizer* EngineTest::tokenizer_ = nullptr;
+
+std::vector<GenerateRequest> sixteen_requests() {
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 16; ++i) {
+    GenerateRequest request{"r" + std::to_string(i), {}, {}};
+    for (int t = 0; t < 5 + 9 * i; ++t) request.prompt.push_back(20 + (i * 7919 + t * 104729) % 4000);
+    request.params.temperature = 0.0f;
+    request.params.max_tokens = 12 + i;
+    request.params.ignore_eos = true;
+    requests.push_back(std::move(request));
+  }
+  return requests;
+}
+
+TEST_F(EngineTest, GreedyOutputIsTheSameBesideFifteenOthers) {
+  const auto requests = sixteen_requests();
+  auto engine = make_engine(small_config(), 200);
+  const auto results = run(*engine, requests);
+  for (const auto& request : requests) {
+    const Finished& got = results.at(request.id);
+    EXPECT_EQ(got.tokens, alone(request)) << request.id;
+    EXPECT_EQ(got.final_output.finish_reason, FinishReason::kLength);
+    EXPECT_EQ(got.final_output.completion_tokens, request.params.max_tokens);
+  }
+  expect_all_blocks_free(*engine);
+}
+
+TEST_F(EngineTest, GreedyOutputIsTheSameWithATinyChunkBudget) {
+  EngineConfig config = small_config();
+  config.max_num_batched_tokens = 16;
+  const auto requests = sixteen_requests();
+  auto engine = make_engine(config, 200);
+  const auto results = run(*engine, requests);
+  for (const auto& request : requests) EXPECT_EQ(results.at(request.id).tokens, alone(request)) << request.id;
+  EXPECT_GT(engine->stats().steps, 16) << "the budget must have split prompts over steps";
+  expect_all_blocks_free(*engine);
+}
+
+TEST_F(EngineTest, GreedyOutputIsTheSameAfterPreemption) {
+  EngineConfig config = small_config();
+  config.max_model_len = 256;
+  config.prefix_caching = false;
+  // 20 blocks of 16 tokens cannot hold 16 growing sequences: requests get preempted
+  // and recomputed.
+  const auto requests = sixteen_requests();
+  auto engine = make_engine(config, 20);
+  const auto results = run(*engine, requests);
+  EXPECT_GT(engine->stats().preemptions, 0);
+  for (const auto& request : requests) EXPECT_EQ(results.at(request.id).tokens, alone(request)) << request.id;
+  expect_all_blocks_free(*engine);
+}
+
+TEST_F(EngineTest, PreemptionWithPrefixCachingKeepsOutputs) {
+  EngineConfig config = small_config();
+  config.max_model_len = 256;
+  const auto requests = sixteen_requests();
+  auto engine = make_engine(config, 20);
+  const auto results = run(*engine, requests);
+  EXPECT_GT(engine->stats().preemptions, 0);
+  for (const auto& request : requests) EXPECT_EQ(results.at(request.id).tokens, alone(request)) << request.id;
+  expect_all_blocks_free(*engine);
+}
+
+TEST_F(EngineTest, CachedPrefixIsReusedAndGivesTheSameOutput) {
+  auto engine = make_engine(small_config(), 64);
+  const std::vector<int32_t> shared = prompt(3, 40);  // two full 16-token blocks and a tail
+  std::vector<int32_t> second = shared;
+  second.push_back(77);
+  second.push_back(78);
+  const auto first_results = run(*engine, {greedy("a", shared, 5)});
+  EXPECT_EQ(first_results.at("a").final_output.cached_tokens, 0);
+  const auto second_results = run(*engine, {greedy("b", second, 7)});
+  EXPECT_EQ(second_results.at("b").final_output.cached_tokens, 32);
+  EXPECT_EQ(second_results.at("b").tokens, alone(greedy("b", second, 7)));
+  // The same prompt again: everything but the last token is found (the tail block of
+  // 16 is full after 48 tokens of prompt + output were computed).
+  const auto again = run(*engine, {greedy("c", shared, 5)});
+  EXPECT_EQ(again.at("c").final_output.cached_tokens, 32);
+  EXPECT_EQ(again.at("c").tokens, first_results.at("a").tokens);
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.prefix_cache.hit_tokens, 64);
+  EXPECT_EQ(stats.prefix_cache.hits, 2);
+  EXPECT_GT(stats.blocks_cached, 0);
+  expect_all_blocks_free(*engine);
+}
+
+TEST_F(EngineTest, WholePromptCachedStillComputesTheLastToken) {
+  auto engine = make_engine(small_config(), 64);
+  const std::vector<int32_t> exact = prompt(4, 32);  // exactly two blocks
+  const auto first = run(*engine, {greedy("a", exact, 3)});
+  const auto second = run(*engine, {greedy("b", exact, 3)});
+  EXPECT_EQ(second.at("b").final_output.cached_tokens, 16) << "the last block is recomputed for its logits";
+  EXPECT_EQ(second.at("b").tokens, first.at("a").tokens);
+}
+
+TEST_F(EngineTest, SeededSamplingDoesNotDependOnTheBatch) {
+  GenerateRequest sampled{"s", prompt(5, 9), {}};
+  sampled.params.temperature = 1.0f;
+  sampled.params.seed = 1234;
+  sampled.params.max_tokens = 20;
+  sampled.params.ignore_eos = true;
+  const std::vector<int32_t> by_itself = alone(sampled);
+  auto requests = sixteen_requests();
+  requests.push_back(sampled);
+  auto engine = make_engine(small_config(), 200);
+  EXPECT_EQ(run(*engine, requests).at("s").tokens, by_itself);
+}
+
+TEST_F(EngineTest, V0AdmissionPolicyProducesTheSameOutputs) {
+  EngineConfig config = small_config();
+  config.v1_scheduler = false;
+  config.kv_cache_ratio = 0.5;
+  const auto requests = sixteen_requests();
+  auto engine = make_engine(config, 60);
+  const auto results = run(*engine, requests);
+  for (const auto& request : requests) EXPECT_EQ(results.at(request.id).tokens, alone(request)) << request.id;
+  expect_all_blocks_free(*engine);
+}
+
+TEST_F(EngineTest, WithoutChunkedPrefillPromptsRunWhole) {
+  EngineConfig config = small_config();
+  config.chunked_prefill = false;
+  const auto requests = sixteen_requests();
+  auto engine = make_engine(config, 200);
+  const auto results = run(*engine, requests);
+  for (const auto& request : requests) EXPECT_EQ(results.at(request.id).tokens, alone(request)) << request.id;
+}
+
+TEST_F(EngineTest, StopsOnEosStopTokensStopStringsAndLength) {
+  auto engine = make_engine(small_config(), 64);
+  GenerateRequest reference = greedy("ref", prompt(6, 10), 12);
+  const Finished full = run(*engine, {reference})["ref"];
+  ASSERT_EQ(full.tokens.size(), 12u);
+
+  // A stop token id: finish at its first occurrence, its text not included.
+  GenerateRequest stop_token = greedy("st", prompt(6, 10), 12);
+  stop_token.params.stop_token_ids = {full.tokens[4]};
+  const Finished stopped = run(*engine, {stop_token})["st"];
+  const size_t first = static_cast<size_t>(std::find(full.tokens.begin(), full.tokens.end(), full.tokens[4]) - full.tokens.begin());
+  EXPECT_EQ(stopped.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + static_cast<int64_t>(first) + 1));
+  EXPECT_EQ(stopped.final_output.finish_reason, FinishReason::kStop);
+
+  // A stop string taken from the middle of the reference text.
+  ASSERT_GT(full.text.size(), 6u);
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+  GenerateRequest stop_string = greedy("ss", prompt(6, 10), 12);
+  stop_string.params.stop = {stop};
+  const Finished string_stopped = run(*engine, {stop_string})["ss"];
+  EXPECT_EQ(string_stopped.text, full.text.substr(0, full.text.find(stop)));
+  EXPECT_EQ(string_stopped.final_output.finish_reason, FinishReason::kStop);
+  stop_string.id = "ss2";
+  stop_string.params.include_stop_str_in_output = true;
+  EXPECT_EQ(run(*engine, {stop_string})["ss2"].text, full.text.substr(0, full.text.find(stop) + stop.size()));
+  expect_all_blocks_free(*engine);
+}
+
+TEST_F(EngineTest, EndTokenStopsUnlessIgnored) {
+  // Force the end token by making it the only allowed choice: every other id is a bad word.
+  GenerateRequest request = greedy("e", prompt(7, 5), 10);
+  request.params.ignore_eos = false;
+  for (int32_t id = 0; id < 4096; ++id)
+    if (id != 2) request.params.bad_words_token_ids.push_back(id);
+  auto engine = make_engine(small_config(), 64);
+  const Finished result = run(*engine, {request})["e"];
+  EXPECT_EQ(result.tokens, std::vector<int32_t>{2});
+  EXPECT_EQ(result.final_output.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(result.text, "");
+}
+
+TEST_F(EngineTest, AbortFreesTheRequest) {
+  auto engine = make_engine(small_config(), 64);
+  engine->add_request(greedy("x", prompt(8, 30), 50));
+  engine->step();
+  const std::optional<RequestOutput> aborted = engine->abort_request("x");
+  ASSERT_TRUE(aborted.has_value());
+  EXPECT_EQ(aborted->finish_reason, FinishReason::kAbort);
+  EXPECT_FALSE(engine->abort_request("x").has_value());
+  expect_all_blocks_free(*engine);
+}
+
+TEST_F(EngineTest, RefusesBadRequestsNamingTheProblem) {
+  auto engine = make_engine(small_config(), 64);
+  auto error_of = [&](GenerateRequest request) -> std::string {
+    try {
+      engine->add_request(std::move(request));
+    } catch (const Error& error) {
+      return error.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_THAT(error_of(greedy("a", {}, 4)), HasSubstr("prompt is empty"));
+  EXPECT_THAT(error_of(greedy("b", prompt(1, 600), 4)), HasSubstr("--max-model-len is 512"));
+  EXPECT_THAT(error_of(greedy("c", {5, 99999}, 4)), HasSubstr("token id 99999"));
+  engine->add_request(greedy("d", prompt(1, 5), 4));
+  EXPECT_THAT(error_of(greedy("d", prompt(1, 5), 4)), HasSubstr("already in use"));
+}
+
+TEST_F(EngineTest, OutputLengthIsCappedByMaxModelLen) {
+  EngineConfig config = small_config();
+  config.max_model_len = 40;
+  auto engine = make_engine(config, 64);
+  const auto results = run(*engine, {greedy("cap", prompt(9, 30), 100)});
+  EXPECT_EQ(results.at("cap").tokens.size(), 10u);
+  EXPECT_EQ(results.at("cap").final_output.finish_reason, FinishReason::kLength);
+}
+
+TEST(EngineConfigTest, BlockPlanRefusesAPoolTooSmallForOneSequence) {
+  ModelConfig model = load_model_config(testing::golden_model_dir("tiny-dense"));
+  EngineConfig config;
+  config.max_model_len = 4096;
+  config.num_gpu_blocks_override = 10;
+  try {
+    plan_kv_blocks(config, model, 0, 1ull << 30);
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("one --max-model-len 4096 sequence needs 64 blocks"));
+  }
+  config.num_gpu_blocks_override.reset();
+  config.gpu_memory_utilization = 0.001;
+  EXPECT_THROW(plan_kv_blocks(config, model, 0, 1ull << 30), Error);
+  config.gpu_memory_utilization = 0.5;
+  // 3 layers x 2 (K, V) x 64 positions x 256 floats x 4 bytes = 384 KiB per block.
+  const int blocks = plan_kv_blocks(config, model, 100ull << 20, 1ull << 30);
+  EXPECT_GT(blocks, 64);
+  EXPECT_LT(blocks, (512 - 100) * 1024 / 384 + 1);
+}
+
+}  // namespace
+}  // namespace ernie

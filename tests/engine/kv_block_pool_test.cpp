@@ -1,0 +1,78 @@
+#include "engine/kv_block_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+#include "util/error.h"
+
+namespace ernie {
+namespace {
+
+TEST(KvBlockPoolTest, AllocatesEveryBlockOnceThenRunsOut) {
+  KvBlockPool pool(2, 8, 4, 5);
+  std::set<BlockId> seen;
+  for (int i = 0; i < 5; ++i) {
+    const auto block = pool.allocate();
+    ASSERT_TRUE(block.has_value());
+    EXPECT_TRUE(seen.insert(*block).second);
+  }
+  EXPECT_FALSE(pool.allocate().has_value());
+  EXPECT_EQ(pool.num_free_blocks(), 0);
+  pool.release(*seen.begin());
+  EXPECT_EQ(pool.num_free_blocks(), 1);
+  EXPECT_THROW(pool.release(*seen.begin()), Error) << "double release";
+}
+
+TEST(KvBlockPoolTest, RowsOfDifferentBlocksLayersAndKindsDoNotOverlap) {
+  KvBlockPool pool(3, 8, 4, 2);
+  std::set<float*> rows;
+  for (BlockId block = 0; block < 2; ++block)
+    for (int layer = 0; layer < 3; ++layer)
+      for (int offset = 0; offset < 4; ++offset) {
+        EXPECT_TRUE(rows.insert(pool.key(block, layer, offset)).second);
+        EXPECT_TRUE(rows.insert(pool.value(block, layer, offset)).second);
+      }
+  // Rows are kv_width apart at least: writing a whole row touches only that row.
+  float* row = pool.key(1, 2, 3);
+  for (int i = 0; i < 8; ++i) row[i] = 7.0f;
+  EXPECT_EQ(pool.value(1, 2, 3)[0], 0.0f);
+  EXPECT_EQ(KvBlockPool::bytes_per_block(3, 8, 4), 2u * 3 * 4 * 8 * 4);
+}
+
+TEST(KvBlockPoolTest, CachedBlocksAreFoundByHashAndTokensAndEvictedLeastRecentlyReleasedFirst) {
+  KvBlockPool pool(1, 4, 2, 3);
+  const std::vector<int32_t> a = {1, 2}, b = {3, 4};
+  const uint64_t hash_a = chain_block_hash(kRootBlockHash, a), hash_b = chain_block_hash(kRootBlockHash, b);
+  EXPECT_NE(hash_a, hash_b);
+  EXPECT_NE(chain_block_hash(hash_a, b), hash_b) << "the parent is part of the identity";
+
+  const BlockId block_a = *pool.allocate(), block_b = *pool.allocate();
+  pool.register_cached(block_a, hash_a, a);
+  pool.register_cached(block_b, hash_b, b);
+  EXPECT_EQ(pool.stats().cached_blocks, 2);
+  // A hit while referenced adds a reference.
+  EXPECT_EQ(pool.acquire_cached(hash_a, a), block_a);
+  EXPECT_EQ(pool.ref_count(block_a), 2);
+  // Same hash, other tokens: no false hit.
+  EXPECT_FALSE(pool.acquire_cached(hash_a, b).has_value());
+  pool.release(block_a);
+  pool.release(block_a);
+  pool.release(block_b);  // released order: a, then b
+  EXPECT_EQ(pool.num_free_blocks(), 3);
+  // Freed cached blocks can still be found, which takes them off the free queue.
+  EXPECT_EQ(pool.acquire_cached(hash_b, b), block_b);
+  EXPECT_EQ(pool.num_free_blocks(), 2);
+  pool.release(block_b);
+  // Allocation takes the never-used block first, then the least recently released (a).
+  const BlockId fresh = *pool.allocate();
+  EXPECT_NE(fresh, block_a);
+  EXPECT_NE(fresh, block_b);
+  EXPECT_EQ(*pool.allocate(), block_a);
+  EXPECT_FALSE(pool.acquire_cached(hash_a, a).has_value()) << "evicted on reuse";
+  EXPECT_EQ(pool.acquire_cached(hash_b, b), block_b);
+}
+
+}  // namespace
+}  // namespace ernie

@@ -130,6 +130,11 @@ void EngineClient::run() {
       }
       streams_.clear();
     }
+    {
+      // Stats first, so a reader that sees a request's final output also sees it counted.
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_ = engine_->stats();
+    }
     for (RequestOutput& output : outputs) {
       const auto found = streams_.find(output.request_id);
       if (found == streams_.end()) continue;
@@ -137,8 +142,6 @@ void EngineClient::run() {
       found->second->push(std::move(output));
       if (finished) streams_.erase(found);
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_ = engine_->stats();
   }
   // Shutting down: every open stream ends with "abort".
   for (auto& [id, stream] : streams_) {

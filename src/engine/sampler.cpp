@@ -88,15 +88,17 @@ template <typename Half, typename Whole>
 }
 
 // exp(x) for x <= 0, within 3e-7 relative; exactly 0 below -87 (where float exp leaves the
-// normal range), so banned (-1e10) and -inf logits weigh exactly nothing. x = n ln2 + r
-// with |r| <= ln2/2, exp(r) by its Taylor series to r^6, 2^n put into the exponent bits.
+// normal range), so banned (-1e10) and -inf logits weigh exactly nothing. NaN gives NaN.
+// x = n ln2 + r with |r| <= ln2/2, exp(r) by its Taylor series to r^6, 2^n put into the
+// exponent bits.
 [[gnu::always_inline]] inline FloatLanes exp_lanes(const FloatLanes& x) {
   constexpr float kUnderflow = -87.0f;
   constexpr float kLog2E = 1.44269504f;
   constexpr float kLn2High = 0.693145751953125f;  // ln 2 = kLn2High + kLn2Low, kLn2High exact in few bits
   constexpr float kLn2Low = 1.42860677e-6f;
   constexpr float kRoundingShift = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
-  const FloatLanes clamped = x < kUnderflow ? broadcast(kUnderflow) : x;
+  const IntLanes in_range = x >= kUnderflow;  // false for NaN too, which must not reach the int conversion
+  const FloatLanes clamped = in_range ? x : broadcast(kUnderflow);
   const FloatLanes n = (clamped * kLog2E + kRoundingShift) - kRoundingShift;
   const FloatLanes r = (clamped - n * kLn2High) - n * kLn2Low;
   FloatLanes series = r * (1.0f / 720.0f) + (1.0f / 120.0f);
@@ -107,14 +109,16 @@ template <typename Half, typename Whole>
   series = series * r + 1.0f;
   const IntLanes exponent_bits = (__builtin_convertvector(n, IntLanes) + 127) << 23;
   const FloatLanes power_of_two = std::bit_cast<FloatLanes>(exponent_bits);
-  return x < kUnderflow ? FloatLanes{} : series * power_of_two;
+  const IntLanes is_nan = x != x;
+  return in_range ? series * power_of_two : (is_nan ? x : FloatLanes{});
 }
 
-// The sampling weight exp((logit - max) / temperature), 0 where it falls below min_weight.
+// The sampling weight exp((logit - max) / temperature); 0 where it falls below min_weight
+// and for NaN logits, which are never drawn (as argmax skips them).
 [[gnu::always_inline]] inline FloatLanes weigh_lanes(const FloatLanes& logits, const FloatLanes& max_logit,
                                                      const FloatLanes& inverse_temperature, const FloatLanes& min_weight) {
   const FloatLanes weights = exp_lanes((logits - max_logit) * inverse_temperature);
-  return weights < min_weight ? FloatLanes{} : weights;
+  return weights >= min_weight ? weights : FloatLanes{};
 }
 
 // ---- Passes over the whole row.
@@ -255,10 +259,11 @@ ERNIE_CLONE_FOR_ISAS size_t collect_candidates(const float* keys, float threshol
   return kept;
 }
 
-// The k-th largest value (0 < k <= count), from a min-heap of the k largest seen so far;
-// blocks of 16 holding nothing above the heap's top are skipped whole.
+// The k-th largest value (0 < k <= count; NaN counts as -inf), from a min-heap of the k
+// largest seen so far; blocks of 16 holding nothing above the heap's top are skipped whole.
 ERNIE_CLONE_FOR_ISAS float kth_largest(const float* values, size_t count, size_t k, std::vector<float>& heap) {
   heap.assign(values, values + k);
+  for (float& value : heap) value = std::isnan(value) ? kNegativeInfinity : value;
   std::make_heap(heap.begin(), heap.end(), std::greater<>());
   auto offer = [&heap](float value) {
     if (!(value > heap.front())) return;
@@ -282,6 +287,7 @@ ERNIE_CLONE_FOR_ISAS void most_likely_tokens(const float* logits, size_t count, 
   out.clear();
   auto offer = [&](size_t token) {
     const Candidate candidate{logits[token], 0.0f, static_cast<int32_t>(token)};
+    if (std::isnan(candidate.logit)) return;
     if (out.size() == wanted) {
       if (!kMoreLikely(candidate, out.back())) return;
       out.pop_back();
@@ -296,8 +302,9 @@ ERNIE_CLONE_FOR_ISAS void most_likely_tokens(const float* logits, size_t count, 
   for (; i < count; ++i) offer(i);
 }
 
-// Same weights as exponentiate (same lane arithmetic) for a list of candidates.
-void weigh_candidates(std::span<Candidate> candidates, float max_logit, float inverse_temperature, float min_weight) {
+// Same weights as exponentiate for a list of candidates: same lane arithmetic, and cloned
+// the same way, so that a machine computes a token's weight identically on either path.
+ERNIE_CLONE_FOR_ISAS void weigh_candidates(std::span<Candidate> candidates, float max_logit, float inverse_temperature, float min_weight) {
   for (size_t start = 0; start < candidates.size(); start += kLanes) {
     const size_t count = std::min(kLanes, candidates.size() - start);
     FloatLanes logits = broadcast(kNegativeInfinity);
@@ -393,7 +400,6 @@ double weigh_row(std::span<const float> logits, const Truncation& truncation, Sc
   scratch.block_weights.resize((logits.size() + kBlock - 1) / kBlock);
   const double total = exponentiate(logits.data(), logits.size(), max_logit, truncation.inverse_temperature,
                                     truncation.min_p, scratch.weights.data(), scratch.block_weights.data());
-  if (!std::isfinite(total)) fail("the logits row contains NaN; cannot sample");
   return total;
 }
 

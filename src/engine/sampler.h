@@ -20,8 +20,10 @@
 //      whatever else runs in the batch.
 //
 // SamplingClass::kBase and ::kRejection draw from exactly this distribution; they differ
-// only in how they find it (docs/sampling.md): kBase prefilters and partially sorts the
-// few candidates, kRejection rejection-samples without sorting the vocabulary.
+// only in how they find it (docs/sampling.md): kBase prefilters the row and partially
+// sorts what is left, kRejection rejection-samples without sorting the vocabulary. For one
+// seed each class gives the same tokens run after run (the two classes give different
+// tokens, from the same distribution).
 //
 // Logprobs are those of the raw model logits: log_softmax of the row as it arrives, before
 // penalties, temperature and truncation. FastDeploy computes them that way (sampler.py
@@ -62,8 +64,13 @@ class RequestSampler {
   RequestSampler(const SamplingParams& params, std::span<const int32_t> prompt, std::vector<int32_t> eos_token_ids,
                  uint64_t default_seed, SamplingClass sampling_class);
 
-  // logits: one row [vocab] of raw model logits. It is used as scratch (penalties and bans
-  // are written into it). Does not record the token: the engine calls accept().
+  // logits: one row [vocab] of raw model logits. It is used as scratch: the penalties and
+  // bans are written into it. Does not record the token: the engine calls accept(). NaN
+  // logits are never drawn (argmax skips them too). Throws ernie::Error when the row is
+  // empty, has no finite maximum (+inf, or nothing but NaN and -inf), or a token id it must
+  // penalise or ban lies outside it. Allocates nothing once this thread has sampled a row
+  // of this size (the vocabulary-sized scratch is per thread), except the returned
+  // top_logprobs.
   SampledToken sample(std::span<float> logits);
 
   // Records a token appended to the output (penalties and min_tokens count it). The engine
@@ -95,8 +102,8 @@ class RequestSampler {
   int num_generated_ = 0;
   std::vector<SeenToken> seen_;
   std::unordered_map<int32_t, size_t> seen_index_;
-  // The vocabulary-sized scratch (weights, candidates) is per thread, not per request, so
-  // that hundreds of waiting requests do not each hold megabytes; see sampler.cpp.
+  // The vocabulary-sized scratch (weights, candidates: ~2 MB at 103424 tokens) is per
+  // thread, not per request, so that hundreds of waiting requests do not each hold it.
 };
 
 // Index of the largest logit (the first on ties; NaNs are skipped). Throws on an empty row.

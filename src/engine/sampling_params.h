@@ -41,7 +41,7 @@ void validate_sampling_params(const SamplingParams& params, int vocab_size);
 // FD_SAMPLING_CLASS. Both classes draw from the same distribution (see sampler.h);
 // they differ in how they find the top-k / top-p candidates.
 enum class SamplingClass {
-  kBase,       // sorts the few candidates it must, after cheap prefilters
+  kBase,       // prefilters the row, then partially sorts what is left (nth_element, sort)
   kRejection,  // FlashInfer-style rejection sampling: no sort of the vocabulary
 };
 

@@ -44,7 +44,7 @@ void expect_one_error_line(const testing::CommandResult& result, const std::stri
 TEST(CliTest, HelpForEveryCommand) {
   const auto top = run_shell(ernie("--help"));
   EXPECT_EQ(top.exit_code, 0);
-  for (const char* command : {"run", "logits", "synth"}) {
+  for (const char* command : {"run", "logits", "synth", "bench"}) {
     EXPECT_THAT(top.output, HasSubstr(command));
     const auto help = run_shell(ernie(std::string(command) + " --help"));
     EXPECT_EQ(help.exit_code, 0) << command;
@@ -94,6 +94,57 @@ TEST(CliTest, LogitsCommandReproducesAGoldenCase) {
   expect_one_error_line(run_shell(ernie("logits --model " + testing::golden_model_dir("tiny-moe") +
                                         " --ids 1,99999 --out " + temp.file("o"))),
                         "token id 99999 is outside the vocabulary 0..4095");
+}
+
+nlohmann::json last_line_json(const std::string& output) {
+  const size_t end = output.find_last_not_of('\n');
+  const size_t start = output.rfind('\n', end);
+  return nlohmann::json::parse(output.substr(start == std::string::npos ? 0 : start + 1, end - start));
+}
+
+TEST(CliBenchTest, ServingFormReportsThroughputAsJson) {
+  const auto result = run_shell(ernie("bench --model " + testing::golden_model_dir("tiny-moe") +
+                                      " --concurrency 3 --input-len 20 --output-len 6 --json"),
+                                false);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const nlohmann::json json = last_line_json(result.output);
+  EXPECT_EQ(json.at("concurrency"), 3);
+  EXPECT_GT(json.at("prompt_tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(json.at("output_tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(json.at("mean_ttft_ms").get<double>(), 0.0);
+  // 3 requests x 6 tokens over the wall time.
+  EXPECT_NEAR(json.at("output_tokens_per_s").get<double>() * json.at("wall_seconds").get<double>(), 18.0, 1e-6);
+}
+
+TEST(CliBenchTest, LlamaBenchFormReportsPpAndTg) {
+  const auto result =
+      run_shell(ernie("bench --model " + testing::golden_model_dir("tiny-dense") + " --pp 64 --tg 16 --json"), false);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const nlohmann::json json = last_line_json(result.output);
+  EXPECT_GT(json.at("pp_tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(json.at("tg_tokens_per_s").get<double>(), 0.0);
+  expect_one_error_line(run_shell(ernie("bench --model " + testing::golden_model_dir("tiny-dense") + " --pp 8 --concurrency 2")),
+                        "give either --concurrency");
+  expect_one_error_line(run_shell(ernie("bench --model " + testing::golden_model_dir("tiny-dense") +
+                                        " --concurrency 1 --quantization wint4")),
+                        "not available yet");
+}
+
+TEST(CliEngineFlagsTest, EnvironmentAndFlagsAreCheckedAndLogged) {
+  const std::string model = testing::golden_model_dir("tiny-dense");
+  const auto ratio = run_shell(ernie("run --model " + model + " --prompt hi --max-tokens 2 --kv-cache-ratio 0.5"));
+  EXPECT_EQ(ratio.exit_code, 0) << ratio.output;
+  EXPECT_THAT(ratio.output, HasSubstr("--kv-cache-ratio has no effect under the V1 scheduler"));
+  EXPECT_THAT(ratio.output, HasSubstr("KV cache: total_block_num"));
+  expect_one_error_line(run_shell("ENABLE_V1_KVCACHE_SCHEDULER=2 " + ernie("run --model " + model + " --prompt hi")),
+                        "ENABLE_V1_KVCACHE_SCHEDULER must be 0 or 1");
+  expect_one_error_line(run_shell("FD_SAMPLING_CLASS=fancy " + ernie("run --model " + model + " --prompt hi")),
+                        "FD_SAMPLING_CLASS");
+  expect_one_error_line(run_shell(ernie("run --model " + model + " --prompt hi --max-model-len 4096 --num-gpu-blocks-override 3")),
+                        "needs 64 blocks");
+  const auto v0 = run_shell("ENABLE_V1_KVCACHE_SCHEDULER=0 FD_DISABLE_CHUNKED_PREFILL=1 FD_SAMPLING_CLASS=rejection " +
+                            ernie("run --model " + model + " --prompt hi --max-tokens 3 --temperature 0"));
+  EXPECT_EQ(v0.exit_code, 0) << v0.output;
 }
 
 class BrokenCheckpointTest : public ::testing::Test {

@@ -560,7 +560,7 @@ TEST(DistributionTest, BothClassesMatchTheReferenceOnSmallRows) {
   const std::vector<float> smooth = normal_logits(40, 1.5f, 31);
   std::vector<float> tied = normal_logits(40, 2.0f, 32);  // in steps of 0.5: many ties at the boundaries
   for (float& logit : tied) logit = std::round(logit * 2.0f) / 2.0f;
-  for (const std::vector<float>* row : {&smooth, &tied}) {
+  for (const std::vector<float>* row : {&smooth, static_cast<const std::vector<float>*>(&tied)}) {
     for (const DistributionCase& c : distribution_cases()) {
       for (SamplingClass sampling_class : kBothClasses) {
         SCOPED_TRACE(std::string(c.name) + ", " + class_name(sampling_class) + (row == &tied ? ", tied row" : ""));
@@ -588,7 +588,7 @@ TEST(DistributionTest, TheGoodnessOfFitTestRejectsAWrongDistribution) {
 }
 
 // A realistic row: ERNIE's vocabulary, random normal logits times 3 (the top token has
-// ~6%, the 0.9 nucleus ~4,400 tokens).
+// 4.6%, the 0.9 nucleus 4,314 tokens, the top 50 tokens 35% of the mass).
 const std::vector<float>& realistic_row() {
   static const std::vector<float> row = normal_logits(kErnieVocab, 3.0f, 2024);
   return row;
@@ -620,8 +620,8 @@ TEST(DistributionTest, BaseAndRejectionDrawTheSameDistributionOnARealisticRow) {
     SamplingParams params;
     int64_t draws;
   };
-  for (const Case& c : {Case{"top_k 50 + top_p 0.9", top_k_top_p(50, 0.9f), 30000},
-                        Case{"top_p 0.9", top_k_top_p(0, 0.9f), 8000}}) {
+  for (const Case& c : {Case{"top_k 50 + top_p 0.9", top_k_top_p(50, 0.9f), 20000},
+                        Case{"top_p 0.9", top_k_top_p(0, 0.9f), 5000}}) {
     SCOPED_TRACE(c.name);
     RequestSampler base = make_sampler(c.params, SamplingClass::kBase, 51);
     RequestSampler rejection = make_sampler(c.params, SamplingClass::kRejection, 52);
@@ -650,9 +650,9 @@ TEST(DistributionTest, BothClassesMatchTheReferenceOnARealisticRow) {
   warm.temperature = 0.5f;
   SamplingParams min_p = top_k_top_p(0, 1.0f);
   min_p.min_p = 0.1f;
-  for (const Case& c : {Case{"top_k 50 + top_p 0.9", top_k_top_p(50, 0.9f), 20000},
-                        Case{"top_k 50", top_k_top_p(50, 1.0f), 20000}, Case{"top_p 0.9", top_k_top_p(0, 0.9f), 8000},
-                        Case{"temperature 0.5", warm, 20000}, Case{"min_p 0.1", min_p, 20000}}) {
+  for (const Case& c : {Case{"top_k 50 + top_p 0.9", top_k_top_p(50, 0.9f), 10000},
+                        Case{"top_k 50", top_k_top_p(50, 1.0f), 10000}, Case{"top_p 0.9", top_k_top_p(0, 0.9f), 5000},
+                        Case{"temperature 0.5", warm, 10000}, Case{"min_p 0.1", min_p, 10000}}) {
     const std::vector<double> expected = reference_distribution(row, c.params);
     for (SamplingClass sampling_class : kBothClasses) {
       SCOPED_TRACE(std::string(c.name) + ", " + class_name(sampling_class));
@@ -662,9 +662,9 @@ TEST(DistributionTest, BothClassesMatchTheReferenceOnARealisticRow) {
     }
   }
   // Negative control: top-p over the whole row instead of the renormalised top-k set keeps
-  // all 50 tokens (they hold ~18% of the mass); the test must tell the difference.
+  // all 50 tokens (they hold 35% of the mass); the test must tell the difference.
   RequestSampler sampler = make_sampler(top_k_top_p(50, 0.9f), SamplingClass::kRejection, 62);
-  EXPECT_TRUE(goodness_of_fit(draw_counts(sampler, row, 20000), reference_distribution(row, top_k_top_p(50, 1.0f)))
+  EXPECT_TRUE(goodness_of_fit(draw_counts(sampler, row, 10000), reference_distribution(row, top_k_top_p(50, 1.0f)))
                   .rejects());
 }
 
@@ -754,10 +754,18 @@ TEST(SamplerErrorsTest, RejectsRowsAndTokensItCannotUse) {
     RequestSampler sampler = make_sampler(SamplingParams{}, sampling_class);
     std::vector<float> empty;
     EXPECT_THROW(sampler.sample(empty), Error);
-    std::vector<float> nan_row = {1.0f, std::nanf(""), 0.0f};
-    EXPECT_THROW(sampler.sample(nan_row), Error);
     std::vector<float> infinite = {1.0f, std::numeric_limits<float>::infinity()};
     EXPECT_THROW(sampler.sample(infinite), Error);
+    std::vector<float> all_nan = {std::nanf(""), std::nanf("")};
+    EXPECT_THROW(sampler.sample(all_nan), Error);
+  }
+  // NaN logits are skipped, as argmax skips them: never drawn, whatever the path.
+  const std::vector<float> with_nan = {1.0f, std::nanf(""), 0.0f, 0.5f};
+  for (const SamplingParams& params : {SamplingParams{}, top_k_top_p(2, 1.0f), top_k_top_p(0, 0.9f)}) {
+    for (SamplingClass sampling_class : kBothClasses) {
+      RequestSampler sampler = make_sampler(params, sampling_class);
+      EXPECT_EQ(draw_counts(sampler, with_nan, 2000)[1], 0) << class_name(sampling_class);
+    }
   }
   RequestSampler with_big_prompt_token = [] {
     SamplingParams params;

@@ -9,8 +9,15 @@ packages=(
   libsentencepiece-dev                       # tokenizer.model (SentencePiece BPE)
   nlohmann-json3-dev                         # config.json, safetensors headers
   clang libclang-rt-14-dev                   # libFuzzer for the header fuzzer
+  libboost-dev                               # Boost.Asio / Boost.Beast: the HTTP server
   python3 python3-numpy                      # the independent numpy reference in tests
+  python3-jinja2                             # differential tests of our Jinja engine
 )
+
+# Node.js and npm run the end-to-end tests with the official OpenAI client. Some images
+# ship a Node.js build that bundles npm; only ask Debian for what is absent.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

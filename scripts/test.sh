@@ -11,6 +11,8 @@ if [ ! -d ../shared/golden ]; then
   exit 1
 fi
 ./scripts/build.sh
+# The end-to-end tests use the official OpenAI Node client, pinned by package-lock.json.
+npm ci --prefix tests/e2e --no-audit --no-fund --loglevel=error
 (cd build && ctest -j"$(nproc)" --output-on-failure --timeout 900)
 ./scripts/fuzz.sh "${ERNIE_FUZZ_SECONDS:-30}"
 echo "test.sh: all tests passed"

@@ -34,9 +34,14 @@ std::string ParsedArgs::get(const std::string& name) const {
 }
 
 std::optional<std::string> ParsedArgs::get_optional(const std::string& name) const {
-  if (auto found = values_.find(name); found != values_.end()) return found->second;
+  if (auto found = values_.find(name); found != values_.end()) return found->second.back();
   if (auto found = defaults_.find(name); found != defaults_.end() && !found->second.empty()) return found->second;
   return std::nullopt;
+}
+
+std::vector<std::string> ParsedArgs::get_all(const std::string& name) const {
+  const auto found = values_.find(name);
+  return found == values_.end() ? std::vector<std::string>{} : found->second;
 }
 
 int64_t ParsedArgs::get_int(const std::string& name) const {
@@ -99,17 +104,17 @@ ParsedArgs ArgParser::parse(int argc, char** argv, int first) const {
         fail("unknown flag --", name, "; did you mean --", closest->name, "?");
       fail("unknown flag --", name, " (see --help)");
     }
-    if (parsed.values_.count(name) != 0) fail("flag --", name, " is given twice");
+    if (parsed.values_.count(name) != 0 && !option->repeatable) fail("flag --", name, " is given twice");
     if (option->value_name.empty()) {
       if (value) fail("flag --", name, " takes no value, got \"", *value, "\"");
-      parsed.values_[name] = "true";
+      parsed.values_[name].push_back("true");
       continue;
     }
     if (!value) {
       if (i + 1 >= argc) fail("flag --", name, " needs a value (", option->value_name, ")");
       value = argv[++i];
     }
-    parsed.values_[name] = *value;
+    parsed.values_[name].push_back(*value);
   }
   return parsed;
 }

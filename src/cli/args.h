@@ -15,6 +15,7 @@ struct OptionSpec {
   std::string value_name;  // e.g. "N"; empty for a boolean flag
   std::string help;
   std::string default_value;  // shown in --help and returned when the flag is absent
+  bool repeatable = false;    // may be given several times (get_all returns every value)
 };
 
 class ParsedArgs {
@@ -26,12 +27,14 @@ class ParsedArgs {
   std::string get(const std::string& name) const;
   std::optional<std::string> get_optional(const std::string& name) const;
   int64_t get_int(const std::string& name) const;
+  // Every value of a repeatable flag, in order (empty when absent).
+  std::vector<std::string> get_all(const std::string& name) const;
   double get_double(const std::string& name) const;
 
  private:
   friend class ArgParser;
   bool help_requested_ = false;
-  std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> values_;
   std::map<std::string, std::string> defaults_;
 };
 

@@ -8,5 +8,6 @@ int run_command(int argc, char** argv);     // ernie run
 int logits_command(int argc, char** argv);  // ernie logits
 int synth_command(int argc, char** argv);   // ernie synth
 int bench_command(int argc, char** argv);   // ernie bench
+int serve_command(int argc, char** argv);   // ernie serve
 
 }  // namespace ernie

@@ -66,10 +66,11 @@ EngineConfig engine_config_from_args(const ParsedArgs& args) {
   return config;
 }
 
-LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& config, size_t threads) {
+LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& config, size_t threads,
+                         const std::string& tokenizer_dir) {
   LoadedEngine loaded;
   loaded.pool = std::make_unique<ThreadPool>(threads);
-  loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(model_dir));
+  loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_dir.empty() ? model_dir : tokenizer_dir));
   loaded.model = load_model_reporting(model_dir, *loaded.pool);
   validate_engine_config(config, loaded.model->config());
   const GenerationConfig generation = load_generation_config(model_dir);

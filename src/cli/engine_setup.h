@@ -27,6 +27,8 @@ struct LoadedEngine {
   std::unique_ptr<EngineClient> client;
 };
 
-LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& config, size_t threads);
+// `tokenizer_dir` empty: the tokenizer files are in `model_dir`.
+LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& config, size_t threads,
+                         const std::string& tokenizer_dir = "");
 
 }  // namespace ernie

@@ -14,6 +14,7 @@ constexpr const char* kUsage =
     "usage: ernie <command> [flags]\n"
     "\n"
     "commands:\n"
+    "  serve     OpenAI-compatible HTTP server (FastDeploy's flags)\n"
     "  run       generate text from a prompt, streamed to stdout\n"
     "  logits    write the logits of every position of a token sequence\n"
     "  synth     write a random checkpoint in the real ERNIE 4.5 formats\n"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    if (command == "serve") return ernie::serve_command(argc, argv);
     if (command == "run") return ernie::run_command(argc, argv);
     if (command == "logits") return ernie::logits_command(argc, argv);
     if (command == "synth") return ernie::synth_command(argc, argv);

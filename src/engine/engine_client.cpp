@@ -53,22 +53,29 @@ EngineClient::~EngineClient() {
   thread_.join();
 }
 
-std::shared_ptr<OutputStream> EngineClient::submit(GenerateRequest request) {
+void EngineClient::validate(const GenerateRequest& request) const {
   // Cheap checks here so the caller gets its error at once; the engine re-checks.
-  const int vocab = engine_->model_config().vocab_size;
   if (request.prompt.empty()) fail("the prompt is empty; at least one token is needed");
   if (static_cast<int64_t>(request.prompt.size()) >= engine_->config().max_model_len)
     fail("the prompt has ", request.prompt.size(), " tokens but --max-model-len is ", engine_->config().max_model_len,
          ", which must leave room for at least one generated token");
-  validate_sampling_params(request.params, vocab);
+  validate_sampling_params(request.params, engine_->model_config().vocab_size);
+}
+
+std::shared_ptr<OutputStream> EngineClient::submit(GenerateRequest request) {
   auto stream = std::make_shared<OutputStream>();
+  submit(std::move(request), [stream](RequestOutput output) { stream->push(std::move(output)); });
+  return stream;
+}
+
+void EngineClient::submit(GenerateRequest request, OutputSink sink) {
+  validate(request);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) fail("the engine is shutting down");
-    inbox_.emplace_back(std::move(request), stream);
+    inbox_.emplace_back(std::move(request), std::move(sink));
   }
   work_.notify_one();
-  return stream;
 }
 
 void EngineClient::abort(const std::string& request_id) {
@@ -86,7 +93,7 @@ EngineStats EngineClient::stats() const {
 
 void EngineClient::run() {
   for (;;) {
-    std::deque<std::pair<GenerateRequest, std::shared_ptr<OutputStream>>> arrived;
+    std::deque<std::pair<GenerateRequest, OutputSink>> arrived;
     std::deque<std::string> aborted;
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -95,23 +102,23 @@ void EngineClient::run() {
       arrived.swap(inbox_);
       aborted.swap(aborts_);
     }
-    for (auto& [request, stream] : arrived) {
+    for (auto& [request, sink] : arrived) {
       const std::string id = request.id;
       try {
         engine_->add_request(std::move(request));
-        streams_[id] = stream;
+        sinks_[id] = std::move(sink);
       } catch (const Error& error) {
         RequestOutput output;
         output.request_id = id;
         output.finish_reason = FinishReason::kError;
         output.error = error.what();
-        stream->push(std::move(output));
+        sink(std::move(output));
       }
     }
     for (const std::string& id : aborted) {
       if (std::optional<RequestOutput> output = engine_->abort_request(id)) {
-        streams_[id]->push(std::move(*output));
-        streams_.erase(id);
+        sinks_[id](std::move(*output));
+        sinks_.erase(id);
       }
     }
     std::vector<RequestOutput> outputs;
@@ -120,15 +127,15 @@ void EngineClient::run() {
     } catch (const std::exception& error) {
       // A failed step fails every request in it rather than the process.
       log_warning("engine step failed: ", error.what());
-      for (auto& [id, stream] : streams_) {
+      for (auto& [id, sink] : sinks_) {
         engine_->abort_request(id);
         RequestOutput output;
         output.request_id = id;
         output.finish_reason = FinishReason::kError;
         output.error = "internal error in the engine step";
-        stream->push(std::move(output));
+        sink(std::move(output));
       }
-      streams_.clear();
+      sinks_.clear();
     }
     {
       // Stats first, so a reader that sees a request's final output also sees it counted.
@@ -136,18 +143,18 @@ void EngineClient::run() {
       stats_ = engine_->stats();
     }
     for (RequestOutput& output : outputs) {
-      const auto found = streams_.find(output.request_id);
-      if (found == streams_.end()) continue;
+      const auto found = sinks_.find(output.request_id);
+      if (found == sinks_.end()) continue;
       const bool finished = output.finished();
-      found->second->push(std::move(output));
-      if (finished) streams_.erase(found);
+      found->second(std::move(output));
+      if (finished) sinks_.erase(found);
     }
   }
-  // Shutting down: every open stream ends with "abort".
-  for (auto& [id, stream] : streams_) {
-    if (std::optional<RequestOutput> output = engine_->abort_request(id)) stream->push(std::move(*output));
+  // Shutting down: every open request ends with "abort".
+  for (auto& [id, sink] : sinks_) {
+    if (std::optional<RequestOutput> output = engine_->abort_request(id)) sink(std::move(*output));
   }
-  streams_.clear();
+  sinks_.clear();
 }
 
 }  // namespace ernie

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,10 @@ class EngineClient {
 
   // Queues a request; throws ernie::Error at once for an invalid one.
   std::shared_ptr<OutputStream> submit(GenerateRequest request);
+  // The same, delivering each output to `sink` on the engine thread as it is made. The
+  // sink must return quickly (hand the output on, never block): the engine waits for it.
+  using OutputSink = std::function<void(RequestOutput)>;
+  void submit(GenerateRequest request, OutputSink sink);
   // Finishes the request with reason "abort" (no effect if it already finished).
   void abort(const std::string& request_id);
   // Live figures for metrics, taken after the latest step.
@@ -57,9 +62,11 @@ class EngineClient {
   std::unique_ptr<Engine> engine_;
   mutable std::mutex mutex_;
   std::condition_variable work_;
-  std::deque<std::pair<GenerateRequest, std::shared_ptr<OutputStream>>> inbox_;
+  void validate(const GenerateRequest& request) const;
+
+  std::deque<std::pair<GenerateRequest, OutputSink>> inbox_;
   std::deque<std::string> aborts_;
-  std::map<std::string, std::shared_ptr<OutputStream>> streams_;  // engine thread only
+  std::map<std::string, OutputSink> sinks_;  // engine thread only
   EngineStats stats_;
   bool stopping_ = false;
   std::thread thread_;

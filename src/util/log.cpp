@@ -11,6 +11,8 @@ namespace {
 
 std::atomic<LogLevel> g_level{LogLevel::kInfo};
 std::mutex g_write_mutex;
+bool g_to_stdout = false;        // guarded by g_write_mutex
+std::FILE* g_file = nullptr;     // guarded by g_write_mutex
 
 const char* level_name(LogLevel level) {
   switch (level) {
@@ -25,6 +27,19 @@ const char* level_name(LogLevel level) {
 }  // namespace
 
 void set_log_level(LogLevel level) { g_level.store(level); }
+
+void set_log_to_stdout(bool to_stdout) {
+  std::lock_guard<std::mutex> lock(g_write_mutex);
+  g_to_stdout = to_stdout;
+}
+
+void add_log_file(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "a");
+  if (file == nullptr) fail("cannot open log file ", path);
+  std::lock_guard<std::mutex> lock(g_write_mutex);
+  if (g_file != nullptr) std::fclose(g_file);
+  g_file = file;
+}
 LogLevel log_level() { return g_level.load(); }
 
 void log_line(LogLevel level, const std::string& message) {
@@ -37,8 +52,13 @@ void log_line(LogLevel level, const std::string& message) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &utc);
   std::lock_guard<std::mutex> lock(g_write_mutex);
-  std::fprintf(stderr, "%s.%03d %s %s\n", stamp, millis, level_name(level), message.c_str());
-  std::fflush(stderr);
+  std::FILE* console = g_to_stdout ? stdout : stderr;
+  std::fprintf(console, "%s.%03d %s %s\n", stamp, millis, level_name(level), message.c_str());
+  std::fflush(console);
+  if (g_file != nullptr) {
+    std::fprintf(g_file, "%s.%03d %s %s\n", stamp, millis, level_name(level), message.c_str());
+    std::fflush(g_file);
+  }
 }
 
 }  // namespace ernie

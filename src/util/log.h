@@ -11,6 +11,11 @@ namespace ernie {
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 
 void set_log_level(LogLevel level);
+// Where lines go: stderr by default (stdout carries a command's product); the server
+// logs to stdout. A log file, if added, receives every line too.
+void set_log_to_stdout(bool to_stdout);
+// Appends every later line to `path` (directories must exist); throws ernie::Error.
+void add_log_file(const std::string& path);
 LogLevel log_level();
 void log_line(LogLevel level, const std::string& message);
 

@@ -1,0 +1,125 @@
+#include "serving/metrics.h"
+
+#include <sstream>
+
+namespace ernie {
+namespace {
+
+std::string number(double value) {
+  std::ostringstream out;
+  out.precision(17);
+  out << value;
+  return out.str();
+}
+
+void gauge(const std::string& name, const std::string& help, double value, std::string& out) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + number(value) + "\n";
+}
+
+void counter(const std::string& name, const std::string& help, double value, std::string& out) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " + number(value) + "\n";
+}
+
+// FastDeploy's 1-2-5 token buckets up to 33792.
+std::vector<double> token_buckets() {
+  std::vector<double> bounds;
+  for (double scale = 1; scale <= 10000; scale *= 10)
+    for (double step : {1.0, 2.0, 5.0}) bounds.push_back(step * scale);
+  bounds.push_back(33792);
+  return bounds;
+}
+
+const std::vector<double> kLatencyBuckets = {0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680};
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  size_t bucket = 0;
+  while (bucket < bounds_.size() && value > bounds_[bucket]) ++bucket;
+  ++counts_[bucket];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, const std::string& help, std::string& out) const {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += name + "_bucket{le=\"" + number(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  out += name + "_sum " + number(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+}
+
+ServingMetrics::ServingMetrics()
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5, 10}),
+      tpot_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5}),
+      e2e_(kLatencyBuckets),
+      queue_(kLatencyBuckets),
+      prompt_lengths_(token_buckets()),
+      generation_lengths_(token_buckets()),
+      max_tokens_(token_buckets()) {}
+
+void ServingMetrics::request_received() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_;
+}
+
+void ServingMetrics::request_finished(const FinishedRequestFigures& figures) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (figures.success) ++successes_;
+  prompt_tokens_ += static_cast<uint64_t>(figures.prompt_tokens);
+  generation_tokens_ += static_cast<uint64_t>(figures.generation_tokens);
+  if (figures.ttft_seconds > 0) ttft_.observe(figures.ttft_seconds);
+  if (figures.generation_tokens > 1)
+    tpot_.observe((figures.e2e_seconds - figures.ttft_seconds) / static_cast<double>(figures.generation_tokens - 1));
+  e2e_.observe(figures.e2e_seconds);
+  queue_.observe(figures.queue_seconds);
+  prompt_lengths_.observe(static_cast<double>(figures.prompt_tokens));
+  generation_lengths_.observe(static_cast<double>(figures.generation_tokens));
+  max_tokens_.observe(static_cast<double>(figures.max_tokens));
+}
+
+std::string ServingMetrics::render(const EngineStats& engine, int max_num_seqs) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string out;
+  const std::string p = "fastdeploy:";
+  counter(p + "requests_number", "Requests received", static_cast<double>(requests_), out);
+  counter(p + "request_success_total", "Requests that finished without error", static_cast<double>(successes_), out);
+  gauge(p + "num_requests_running", "Requests running in the engine", static_cast<double>(engine.running), out);
+  gauge(p + "num_requests_waiting", "Requests waiting for admission", static_cast<double>(engine.waiting), out);
+  counter(p + "prompt_tokens_total", "Prompt tokens of finished requests", static_cast<double>(prompt_tokens_), out);
+  counter(p + "generation_tokens_total", "Generated tokens of finished requests", static_cast<double>(generation_tokens_), out);
+  ttft_.render(p + "time_to_first_token_seconds", "Time to first token", out);
+  tpot_.render(p + "time_per_output_token_seconds", "Time per output token after the first", out);
+  e2e_.render(p + "e2e_request_latency_seconds", "Request latency from arrival to finish", out);
+  queue_.render(p + "request_queue_time_seconds", "Time from arrival to submission to the engine", out);
+  prompt_lengths_.render(p + "request_prompt_tokens", "Prompt tokens per request", out);
+  generation_lengths_.render(p + "request_generation_tokens", "Generated tokens per request", out);
+  max_tokens_.render(p + "request_params_max_tokens", "max_tokens per request", out);
+  gauge(p + "batch_size", "Requests in the current batch", static_cast<double>(engine.running), out);
+  gauge(p + "max_batch_size", "--max-num-seqs", max_num_seqs, out);
+  gauge(p + "available_batch_size", "Free batch slots", std::max(0, max_num_seqs - static_cast<int>(engine.running)), out);
+  gauge(p + "max_gpu_block_num", "KV cache blocks in all (in RAM on a CPU)", engine.blocks_total, out);
+  gauge(p + "free_gpu_block_num", "Unreferenced KV cache blocks", engine.blocks_free, out);
+  gauge(p + "available_gpu_block_num", "KV cache blocks available to new requests", engine.blocks_free, out);
+  gauge(p + "gpu_cache_usage_perc", "Share of KV cache blocks in use",
+        engine.blocks_total > 0 ? 1.0 - static_cast<double>(engine.blocks_free) / engine.blocks_total : 0.0, out);
+  const PrefixCacheStats& prefix = engine.prefix_cache;
+  gauge(p + "hit_req_rate", "Share of requests that reused cached prefix blocks",
+        prefix.queries > 0 ? static_cast<double>(prefix.hits) / static_cast<double>(prefix.queries) : 0.0, out);
+  gauge(p + "hit_token_rate", "Share of prompt tokens served by the prefix cache",
+        prefix.queried_tokens > 0 ? static_cast<double>(prefix.hit_tokens) / static_cast<double>(prefix.queried_tokens) : 0.0,
+        out);
+  gauge(p + "gpu_hit_token_rate", "Same as hit_token_rate: every cached block is in RAM",
+        prefix.queried_tokens > 0 ? static_cast<double>(prefix.hit_tokens) / static_cast<double>(prefix.queried_tokens) : 0.0,
+        out);
+  gauge(p + "prefix_cache_token_num", "Prompt tokens served by the prefix cache", static_cast<double>(prefix.hit_tokens), out);
+  gauge(p + "prefix_gpu_cache_token_num", "Same as prefix_cache_token_num", static_cast<double>(prefix.hit_tokens), out);
+  return out;
+}
+
+}  // namespace ernie

@@ -1,0 +1,55 @@
+// Prometheus metrics with FastDeploy's names (fastdeploy-behaviour.md §11), for the
+// ones that apply on a CPU. Request figures are recorded here; engine figures (running,
+// waiting, blocks, prefix cache) are read from EngineStats when /metrics is scraped.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace ernie {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double value);
+  // Prometheus text lines for `name` (buckets, _sum, _count).
+  void render(const std::string& name, const std::string& help, std::string& out) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+struct FinishedRequestFigures {
+  bool success = true;
+  double ttft_seconds = 0;  // 0 when no token was produced
+  double e2e_seconds = 0;
+  double queue_seconds = 0;
+  int64_t prompt_tokens = 0;
+  int64_t generation_tokens = 0;
+  int max_tokens = 0;
+};
+
+class ServingMetrics {
+ public:
+  ServingMetrics();
+  void request_received();
+  void request_finished(const FinishedRequestFigures& figures);
+  std::string render(const EngineStats& engine, int max_num_seqs) const;
+
+ private:
+  mutable std::mutex mutex_;
+  uint64_t requests_ = 0;
+  uint64_t successes_ = 0;
+  uint64_t prompt_tokens_ = 0;
+  uint64_t generation_tokens_ = 0;
+  Histogram ttft_, tpot_, e2e_, queue_, prompt_lengths_, generation_lengths_, max_tokens_;
+};
+
+}  // namespace ernie

@@ -1,0 +1,278 @@
+#include "serving/openai_protocol.h"
+
+#include <cmath>
+
+namespace ernie {
+namespace {
+
+using json = nlohmann::json;
+
+bool present(const json& body, const char* key) { return body.contains(key) && !body.at(key).is_null(); }
+
+float number_field(const json& body, const char* key, float fallback) {
+  if (!present(body, key)) return fallback;
+  const json& value = body.at(key);
+  if (!value.is_number()) invalid_field(key, std::string("\"") + key + "\" must be a number, got " + value.dump());
+  const double number = value.get<double>();
+  if (!std::isfinite(number)) invalid_field(key, std::string("\"") + key + "\" must be finite");
+  return static_cast<float>(number);
+}
+
+std::optional<int64_t> int_field(const json& body, const char* key) {
+  if (!present(body, key)) return std::nullopt;
+  const json& value = body.at(key);
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_number_float() && value.get<double>() == std::floor(value.get<double>()) && std::fabs(value.get<double>()) < 9e18)
+    return static_cast<int64_t>(value.get<double>());
+  invalid_field(key, std::string("\"") + key + "\" must be an integer, got " + value.dump());
+}
+
+bool bool_field(const json& body, const char* key, bool fallback) {
+  if (!present(body, key)) return fallback;
+  const json& value = body.at(key);
+  if (!value.is_boolean()) invalid_field(key, std::string("\"") + key + "\" must be true or false, got " + value.dump());
+  return value.get<bool>();
+}
+
+std::vector<int32_t> token_list(const json& value, const std::string& key) {
+  if (!value.is_array()) invalid_field(key, "\"" + key + "\" must be a list of token ids");
+  std::vector<int32_t> ids;
+  for (const json& id : value) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+      invalid_field(key, "\"" + key + "\" must hold non-negative integer token ids, got " + id.dump());
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return ids;
+}
+
+std::vector<std::string> string_or_list(const json& body, const char* key) {
+  if (!present(body, key)) return {};
+  const json& value = body.at(key);
+  if (value.is_string()) return {value.get<std::string>()};
+  if (!value.is_array()) invalid_field(key, std::string("\"") + key + "\" must be a string or a list of strings");
+  std::vector<std::string> items;
+  for (const json& item : value) {
+    if (!item.is_string()) invalid_field(key, std::string("\"") + key + "\" must hold strings, got " + item.dump());
+    items.push_back(item.get<std::string>());
+  }
+  return items;
+}
+
+void parse_prompt(const json& body, OpenAiRequest& request) {
+  if (!present(body, "prompt")) invalid_field("prompt", "\"prompt\" is required");
+  const json& prompt = body.at("prompt");
+  if (prompt.is_string()) {
+    request.prompt_texts.push_back(prompt.get<std::string>());
+  } else if (prompt.is_array() && !prompt.empty() && prompt.at(0).is_number_integer()) {
+    request.prompt_ids.push_back(token_list(prompt, "prompt"));
+  } else if (prompt.is_array() && !prompt.empty()) {
+    for (const json& item : prompt) {
+      if (item.is_string()) request.prompt_texts.push_back(item.get<std::string>());
+      else if (item.is_array()) request.prompt_ids.push_back(token_list(item, "prompt"));
+      else invalid_field("prompt", "\"prompt\" list entries must be strings or lists of token ids, got " + item.dump());
+    }
+    if (!request.prompt_texts.empty() && !request.prompt_ids.empty())
+      invalid_field("prompt", "\"prompt\" must not mix strings and token id lists");
+  } else {
+    invalid_field("prompt", "\"prompt\" must be a string, a list of strings, or token ids; got " + prompt.dump());
+  }
+  for (const std::string& text : request.prompt_texts)
+    if (text.empty()) invalid_field("prompt", "\"prompt\" is empty");
+  for (const auto& ids : request.prompt_ids)
+    if (ids.empty()) invalid_field("prompt", "\"prompt\" token list is empty");
+}
+
+void parse_messages(const json& body, OpenAiRequest& request) {
+  if (!present(body, "messages")) invalid_field("messages", "\"messages\" is required");
+  const json& messages = body.at("messages");
+  if (!messages.is_array() || messages.empty()) invalid_field("messages", "\"messages\" must be a non-empty list");
+  for (const json& message : messages) {
+    if (!message.is_object() || !message.contains("role") || !message.at("role").is_string())
+      invalid_field("messages", "every message needs a string \"role\", got " + message.dump());
+    const std::string role = message.at("role").get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer" && role != "function")
+      invalid_field("messages", "message role \"" + role + "\" is not one of system, user, assistant, tool");
+    if (message.contains("content") && !message.at("content").is_null() && !message.at("content").is_string() &&
+        !message.at("content").is_array())
+      invalid_field("messages", "message content must be a string or a list of parts, got " + message.at("content").dump());
+  }
+  request.messages = ordered_json::parse(messages.dump());
+  if (present(body, "tools")) {
+    if (!body.at("tools").is_array()) invalid_field("tools", "\"tools\" must be a list");
+    request.tools = ordered_json::parse(body.at("tools").dump());
+  }
+  if (present(body, "chat_template_kwargs")) {
+    if (!body.at("chat_template_kwargs").is_object())
+      invalid_field("chat_template_kwargs", "\"chat_template_kwargs\" must be an object");
+    request.chat_template_kwargs = ordered_json::parse(body.at("chat_template_kwargs").dump());
+  }
+  if (present(body, "chat_template")) {
+    if (!body.at("chat_template").is_string()) invalid_field("chat_template", "\"chat_template\" must be a string");
+    request.chat_template = body.at("chat_template").get<std::string>();
+  }
+  request.disable_chat_template = bool_field(body, "disable_chat_template", false);
+  if (present(body, "prompt_token_ids")) request.prompt_token_ids = token_list(body.at("prompt_token_ids"), "prompt_token_ids");
+}
+
+void parse_sampling(const json& body, const RequestDefaults& defaults, OpenAiRequest& request) {
+  SamplingParams& params = request.params;
+  params.temperature = number_field(body, "temperature", defaults.temperature);
+  params.top_p = number_field(body, "top_p", defaults.top_p);
+  params.min_p = number_field(body, "min_p", 0.0f);
+  params.repetition_penalty = number_field(body, "repetition_penalty", defaults.repetition_penalty);
+  params.presence_penalty = number_field(body, "presence_penalty", 0.0f);
+  params.frequency_penalty = number_field(body, "frequency_penalty", 0.0f);
+  if (auto top_k = int_field(body, "top_k")) {
+    if (*top_k < -1 || *top_k > INT32_MAX) invalid_field("top_k", "\"top_k\" must be -1, 0 or positive");
+    params.top_k = static_cast<int>(*top_k);
+  }
+  if (auto min_tokens = int_field(body, "min_tokens")) {
+    if (*min_tokens < 0 || *min_tokens > INT32_MAX) invalid_field("min_tokens", "\"min_tokens\" must be >= 0");
+    params.min_tokens = static_cast<int>(*min_tokens);
+  }
+  if (auto seed = int_field(body, "seed")) {
+    if (*seed < 0 || static_cast<uint64_t>(*seed) > kMaxSeed)
+      invalid_field("seed", "\"seed\" must lie in [0, " + std::to_string(kMaxSeed) + "]");
+    params.seed = static_cast<uint64_t>(*seed);
+  }
+  params.stop = string_or_list(body, "stop");
+  if (params.stop.size() > 5) invalid_field("stop", "at most 5 stop sequences are allowed, got " + std::to_string(params.stop.size()));
+  for (const std::string& stop : params.stop)
+    if (stop.empty()) invalid_field("stop", "stop sequences must not be empty");
+  if (present(body, "stop_token_ids")) params.stop_token_ids = token_list(body.at("stop_token_ids"), "stop_token_ids");
+  if (present(body, "bad_words_token_ids"))
+    params.bad_words_token_ids = token_list(body.at("bad_words_token_ids"), "bad_words_token_ids");
+  request.bad_words = string_or_list(body, "bad_words");
+  params.include_stop_str_in_output = bool_field(body, "include_stop_str_in_output", false);
+  params.ignore_eos = bool_field(body, "ignore_eos", false);
+
+  std::optional<int64_t> max_tokens = int_field(body, "max_completion_tokens");
+  if (!max_tokens) max_tokens = int_field(body, "max_tokens");
+  if (max_tokens) {
+    if (*max_tokens < 1 || *max_tokens > INT32_MAX)
+      invalid_field(present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+                    "max_tokens must be at least 1, got " + std::to_string(*max_tokens));
+    request.max_tokens = static_cast<int>(*max_tokens);
+  }
+  if (auto n = int_field(body, "n"); n && *n != 1) invalid_field("n", "\"n\" only supports 1, got " + std::to_string(*n));
+}
+
+void parse_logprobs(const json& body, OpenAiRequest& request) {
+  if (request.kind == ApiKind::kChat) {
+    request.logprobs = bool_field(body, "logprobs", false);
+    if (auto top = int_field(body, "top_logprobs")) {
+      if (*top < 0 || *top > kMaxTopLogprobs) invalid_field("top_logprobs", "\"top_logprobs\" must lie in 0..20");
+      if (!request.logprobs) invalid_field("top_logprobs", "\"top_logprobs\" needs \"logprobs\": true");
+      request.top_logprobs = static_cast<int>(*top);
+    }
+  } else if (auto count = int_field(body, "logprobs")) {
+    if (*count < 0 || *count > kMaxTopLogprobs) invalid_field("logprobs", "\"logprobs\" must lie in 0..20");
+    request.logprobs = true;
+    request.top_logprobs = static_cast<int>(*count);
+  }
+  if (request.logprobs) request.params.logprobs = request.top_logprobs;
+}
+
+}  // namespace
+
+void invalid_field(const std::string& param, const std::string& message) {
+  throw ApiException{{400, message, "invalid_request_error", param}};
+}
+
+std::string error_body(const ApiError& error) {
+  ordered_json body;
+  body["error"] = {{"message", error.message},
+                   {"type", error.type},
+                   {"param", error.param.empty() ? ordered_json(nullptr) : ordered_json(error.param)},
+                   {"code", error.status}};
+  return dump_json(body);
+}
+
+OpenAiRequest parse_openai_request(ApiKind kind, const std::string& body_text, const RequestDefaults& defaults) {
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::exception& error) {
+    throw ApiException{{400, std::string("the request body is not valid JSON: ") + error.what(), "invalid_request_error", ""}};
+  }
+  if (!body.is_object()) throw ApiException{{400, "the request body must be a JSON object", "invalid_request_error", ""}};
+  OpenAiRequest request;
+  request.kind = kind;
+  if (present(body, "model")) {
+    if (!body.at("model").is_string()) invalid_field("model", "\"model\" must be a string");
+    request.model = body.at("model").get<std::string>();
+  }
+  if (present(body, "request_id")) {
+    if (!body.at("request_id").is_string()) invalid_field("request_id", "\"request_id\" must be a string");
+    request.request_id = body.at("request_id").get<std::string>();
+  }
+  request.stream = bool_field(body, "stream", false);
+  if (present(body, "stream_options")) {
+    const json& options = body.at("stream_options");
+    if (!request.stream) invalid_field("stream_options", "\"stream_options\" is only allowed with \"stream\": true");
+    if (!options.is_object()) invalid_field("stream_options", "\"stream_options\" must be an object");
+    request.include_usage = bool_field(options, "include_usage", true);
+  }
+  request.return_token_ids = bool_field(body, "return_token_ids", false);
+  if (auto per_chunk = int_field(body, "max_streaming_response_tokens")) {
+    if (*per_chunk < 1 || *per_chunk > 1024)
+      invalid_field("max_streaming_response_tokens", "\"max_streaming_response_tokens\" must lie in 1..1024");
+    request.max_streaming_response_tokens = static_cast<int>(*per_chunk);
+  }
+  if (kind == ApiKind::kChat) {
+    parse_messages(body, request);
+  } else {
+    parse_prompt(body, request);
+    request.echo = bool_field(body, "echo", false);
+  }
+  parse_sampling(body, defaults, request);
+  parse_logprobs(body, request);
+  return request;
+}
+
+ordered_json usage_json(const Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+}
+
+namespace {
+ordered_json bytes_of(const std::string& token) {
+  ordered_json bytes = ordered_json::array();
+  for (unsigned char c : token) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+}  // namespace
+
+ordered_json chat_logprobs_json(const std::vector<LogprobEntry>& entries) {
+  ordered_json content = ordered_json::array();
+  for (const LogprobEntry& entry : entries) {
+    ordered_json top = ordered_json::array();
+    for (const auto& [token, logprob] : entry.top)
+      top.push_back({{"token", token}, {"logprob", logprob}, {"bytes", bytes_of(token)}});
+    content.push_back({{"token", entry.token}, {"logprob", entry.logprob}, {"bytes", bytes_of(entry.token)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+ordered_json completion_logprobs_json(const std::vector<LogprobEntry>& entries, size_t text_offset) {
+  ordered_json tokens = ordered_json::array(), token_logprobs = ordered_json::array(), top = ordered_json::array(),
+               offsets = ordered_json::array();
+  for (const LogprobEntry& entry : entries) {
+    tokens.push_back(entry.token);
+    token_logprobs.push_back(entry.logprob);
+    ordered_json alternatives = ordered_json::object();
+    for (const auto& [token, logprob] : entry.top) alternatives[token] = logprob;
+    top.push_back(alternatives);
+    offsets.push_back(text_offset);
+    text_offset += entry.token.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+std::string dump_json(const ordered_json& value) {
+  return value.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+}  // namespace ernie

@@ -1,0 +1,501 @@
+#include "serving/openai_server.h"
+
+#include <chrono>
+#include <mutex>
+
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ernie {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+const char* reason_text(FinishReason reason) { return finish_reason_name(reason); }
+
+// Special-token strings the chat templates use (bos_token, cls_token, ...).
+std::map<std::string, std::string> special_token_strings(const Tokenizer& tokenizer) {
+  std::map<std::string, std::string> tokens;
+  auto add = [&](const char* name, int32_t id) {
+    if (id != Tokenizer::kNoToken) tokens[name] = tokenizer.token_bytes(id, false);
+  };
+  add("bos_token", tokenizer.bos_id());
+  add("eos_token", tokenizer.eos_id());
+  add("unk_token", tokenizer.unk_id());
+  add("pad_token", tokenizer.pad_id());
+  if (!tokenizer.cls_token().empty()) tokens["cls_token"] = tokenizer.cls_token();
+  if (!tokenizer.sep_token().empty()) tokens["sep_token"] = tokenizer.sep_token();
+  return tokens;
+}
+
+}  // namespace
+
+HttpResponse json_error_response(const ApiError& error) {
+  HttpResponse response;
+  response.status = error.status;
+  response.body = error_body(error);
+  return response;
+}
+
+// Collects one HTTP request's engine outputs (one engine request per choice) and turns
+// them into the response: SSE chunks as they come, or one JSON body at the end. Outputs
+// arrive on the engine thread; a disconnect arrives on an IO thread.
+class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler> {
+ public:
+  struct Choice {
+    std::string engine_id;
+    std::vector<int32_t> prompt_ids;
+    std::string prompt_text;  // for echo
+    std::string text;
+    std::vector<int32_t> token_ids;
+    std::vector<LogprobEntry> logprobs;
+    std::optional<FinishReason> finish_reason;
+    int64_t cached_tokens = 0;
+    // Streaming: deltas not yet sent (max_streaming_response_tokens packs several).
+    std::vector<ordered_json> pending;
+  };
+
+  ResponseAssembler(OpenAiService& service, OpenAiRequest request, std::string id, std::string model_name,
+                    std::shared_ptr<HttpResponder> responder, Clock::time_point arrival)
+      : service_(service),
+        request_(std::move(request)),
+        id_(std::move(id)),
+        model_name_(std::move(model_name)),
+        responder_(std::move(responder)),
+        arrival_(arrival),
+        created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
+
+  std::vector<Choice>& choices() { return choices_; }
+
+  // Sends the response head (streaming) and submits every choice to the engine.
+  void start() {
+    auto self = shared_from_this();
+    if (request_.stream) {
+      stream_ = responder_->start_stream(200, "text/event-stream");
+      stream_->on_disconnect([self] { self->on_disconnect(); });
+      std::vector<ordered_json> first;
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        if (request_.kind == ApiKind::kChat) {
+          ordered_json delta = {{"role", "assistant"}, {"content", ""}};
+          if (request_.return_token_ids) delta["prompt_token_ids"] = choices_[i].prompt_ids;
+          first.push_back({{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+        } else if (request_.echo) {
+          first.push_back({{"index", i}, {"text", choices_[i].prompt_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+        }
+      }
+      if (!first.empty()) write_chunk(first);
+    }
+    submitted_ = Clock::now();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      GenerateRequest engine_request;
+      engine_request.id = choices_[i].engine_id;
+      engine_request.prompt = choices_[i].prompt_ids;
+      engine_request.params = request_.params;
+      try {
+        service_.engine_.submit(std::move(engine_request), [self, i](RequestOutput output) { self->on_output(i, std::move(output)); });
+      } catch (const Error& error) {
+        RequestOutput failed;
+        failed.finish_reason = FinishReason::kError;
+        failed.error = error.what();
+        on_output(i, std::move(failed));
+      }
+    }
+  }
+
+ private:
+  void on_disconnect() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      disconnected_ = true;
+    }
+    for (const Choice& choice : choices_) service_.engine_.abort(choice.engine_id);
+  }
+
+  void write_chunk(const std::vector<ordered_json>& entries) {
+    ordered_json chunk = {{"id", id_},
+                          {"object", request_.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
+                          {"created", created_},
+                          {"model", model_name_},
+                          {"choices", entries}};
+    stream_->write("data: " + dump_json(chunk) + "\n\n");
+  }
+
+  ordered_json delta_entry(size_t index, const std::string& text, const std::vector<int32_t>& tokens,
+                           const std::vector<LogprobEntry>& logprobs, std::optional<FinishReason> reason) const {
+    ordered_json entry = {{"index", index}};
+    if (request_.kind == ApiKind::kChat) {
+      ordered_json delta = {{"content", text}};
+      if (request_.return_token_ids) delta["completion_token_ids"] = tokens;
+      entry["delta"] = delta;
+      entry["logprobs"] = request_.logprobs ? chat_logprobs_json(logprobs) : ordered_json(nullptr);
+    } else {
+      entry["text"] = text;
+      if (request_.return_token_ids) entry["completion_token_ids"] = tokens;
+      entry["logprobs"] = request_.logprobs ? completion_logprobs_json(logprobs, 0) : ordered_json(nullptr);
+    }
+    entry["finish_reason"] = reason ? ordered_json(reason_text(*reason)) : ordered_json(nullptr);
+    return entry;
+  }
+
+  std::vector<LogprobEntry> logprob_entries(const RequestOutput& output) const {
+    std::vector<LogprobEntry> entries;
+    const Tokenizer& tokenizer = service_.tokenizer_;
+    for (const SampledToken& sampled : output.logprobs) {
+      LogprobEntry entry{tokenizer.token_bytes(sampled.token, false), sampled.logprob, {}};
+      for (const TokenLogprob& top : sampled.top_logprobs)
+        entry.top.emplace_back(tokenizer.token_bytes(top.token, false), top.logprob);
+      entries.push_back(std::move(entry));
+    }
+    return entries;
+  }
+
+  void on_output(size_t index, RequestOutput output) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Choice& choice = choices_[index];
+    if (output.finish_reason == FinishReason::kError) {
+      error_ = output.error;
+      choice.finish_reason = FinishReason::kError;
+    } else {
+      if (!output.token_ids.empty() && !first_token_) first_token_ = Clock::now();
+      choice.text += output.text;
+      choice.token_ids.insert(choice.token_ids.end(), output.token_ids.begin(), output.token_ids.end());
+      const std::vector<LogprobEntry> logprobs = request_.logprobs ? logprob_entries(output) : std::vector<LogprobEntry>{};
+      choice.logprobs.insert(choice.logprobs.end(), logprobs.begin(), logprobs.end());
+      choice.cached_tokens = output.cached_tokens;
+      if (output.finished()) choice.finish_reason = output.finish_reason;
+      if (request_.stream && !disconnected_ && !output.token_ids.empty()) {
+        choice.pending.push_back(delta_entry(index, output.text, output.token_ids, logprobs, std::nullopt));
+      }
+      if (request_.stream && !disconnected_) flush_stream_entries(index, output.finished());
+    }
+    if (!choice.finish_reason) return;
+    for (const Choice& other : choices_)
+      if (!other.finish_reason) return;
+    finish();
+  }
+
+  // Sends pending deltas once max_streaming_response_tokens of them are ready, or at the end.
+  void flush_stream_entries(size_t index, bool finished) {
+    Choice& choice = choices_[index];
+    if (finished) {
+      // The finish reason rides on the last delta, or on an empty one.
+      if (choice.pending.empty()) choice.pending.push_back(delta_entry(index, "", {}, {}, std::nullopt));
+      choice.pending.back()["finish_reason"] = reason_text(*choice.finish_reason);
+    }
+    if (choice.pending.empty()) return;
+    if (!finished && static_cast<int>(choice.pending.size()) < request_.max_streaming_response_tokens) return;
+    write_chunk(choice.pending);
+    choice.pending.clear();
+  }
+
+  Usage usage() const {
+    Usage usage;
+    for (const Choice& choice : choices_) {
+      usage.prompt_tokens += static_cast<int64_t>(choice.prompt_ids.size());
+      usage.completion_tokens += static_cast<int64_t>(choice.token_ids.size());
+      usage.cached_tokens += choice.cached_tokens;
+    }
+    return usage;
+  }
+
+  void finish() {
+    const Usage totals = usage();
+    const bool failed = !error_.empty();
+    if (request_.stream) {
+      if (!disconnected_) {
+        if (failed) {
+          stream_->write("data: " + error_body({400, error_, "invalid_request_error", ""}) + "\n\n");
+        } else if (request_.include_usage) {
+          ordered_json chunk = {{"id", id_},
+                                {"object", request_.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
+                                {"created", created_},
+                                {"model", model_name_},
+                                {"choices", ordered_json::array()},
+                                {"usage", usage_json(totals)}};
+          stream_->write("data: " + dump_json(chunk) + "\n\n");
+        }
+        stream_->write("data: [DONE]\n\n");
+      }
+      stream_->close();
+    } else if (failed) {
+      responder_->respond(json_error_response({400, error_, "invalid_request_error", ""}));
+    } else {
+      responder_->respond(final_body(totals));
+    }
+    record(totals, failed);
+  }
+
+  HttpResponse final_body(const Usage& totals) const {
+    ordered_json choices = ordered_json::array();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const Choice& choice = choices_[i];
+      ordered_json entry = {{"index", i}};
+      if (request_.kind == ApiKind::kChat) {
+        ordered_json message = {{"role", "assistant"}, {"content", choice.text}};
+        if (request_.return_token_ids) {
+          message["prompt_token_ids"] = choice.prompt_ids;
+          message["completion_token_ids"] = choice.token_ids;
+        }
+        entry["message"] = message;
+        entry["logprobs"] = request_.logprobs ? chat_logprobs_json(choice.logprobs) : ordered_json(nullptr);
+      } else {
+        const std::string prefix = request_.echo ? choice.prompt_text : "";
+        entry["text"] = prefix + choice.text;
+        if (request_.return_token_ids) {
+          entry["prompt_token_ids"] = choice.prompt_ids;
+          entry["completion_token_ids"] = choice.token_ids;
+        }
+        entry["logprobs"] = request_.logprobs ? completion_logprobs_json(choice.logprobs, prefix.size()) : ordered_json(nullptr);
+      }
+      entry["finish_reason"] = reason_text(*choice.finish_reason);
+      choices.push_back(entry);
+    }
+    ordered_json body = {{"id", id_},
+                         {"object", request_.kind == ApiKind::kChat ? "chat.completion" : "text_completion"},
+                         {"created", created_},
+                         {"model", model_name_},
+                         {"choices", choices},
+                         {"usage", usage_json(totals)}};
+    HttpResponse response;
+    response.body = dump_json(body);
+    return response;
+  }
+
+  void record(const Usage& totals, bool failed) {
+    FinishedRequestFigures figures;
+    figures.success = !failed && !disconnected_;
+    figures.e2e_seconds = seconds_since(arrival_);
+    figures.ttft_seconds = first_token_ ? std::chrono::duration<double>(*first_token_ - arrival_).count() : 0.0;
+    figures.queue_seconds = std::chrono::duration<double>(submitted_ - arrival_).count();
+    figures.prompt_tokens = totals.prompt_tokens;
+    figures.generation_tokens = totals.completion_tokens;
+    figures.max_tokens = request_.params.max_tokens;
+    service_.metrics_.request_finished(figures);
+    std::string reasons;
+    for (const Choice& choice : choices_) reasons += (reasons.empty() ? "" : ",") + std::string(reason_text(*choice.finish_reason));
+    log_info("request ", id_, " ", request_.kind == ApiKind::kChat ? "chat" : "completion",
+             request_.stream ? " stream" : "", " prompt_tokens=", totals.prompt_tokens,
+             " cached_tokens=", totals.cached_tokens, " completion_tokens=", totals.completion_tokens,
+             " ttft=", figures.ttft_seconds, "s total=", figures.e2e_seconds, "s finish=", reasons,
+             disconnected_ ? " (client disconnected)" : "", failed ? " error: " + error_ : "");
+    service_.in_flight_.fetch_sub(1);
+  }
+
+  OpenAiService& service_;
+  OpenAiRequest request_;
+  std::string id_;
+  std::string model_name_;
+  std::shared_ptr<HttpResponder> responder_;
+  std::shared_ptr<HttpStream> stream_;
+  Clock::time_point arrival_;
+  Clock::time_point submitted_;
+  std::optional<Clock::time_point> first_token_;
+  int64_t created_;
+  std::vector<Choice> choices_;
+  std::mutex mutex_;
+  bool disconnected_ = false;
+  std::string error_;
+};
+
+OpenAiService::OpenAiService(const ServeConfig& config, EngineClient& engine, const Tokenizer& tokenizer,
+                             const ModelConfig& model, const GenerationConfig& generation)
+    : config_(config),
+      engine_(engine),
+      tokenizer_(tokenizer),
+      model_(model),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {
+  defaults_.temperature = generation.temperature.value_or(defaults_.temperature);
+  defaults_.top_p = generation.top_p.value_or(defaults_.top_p);
+  defaults_.repetition_penalty = generation.repetition_penalty.value_or(defaults_.repetition_penalty);
+  const std::string source = config.chat_template.empty() ? tokenizer.chat_template() : config.chat_template;
+  if (!source.empty()) chat_template_ = std::make_unique<ChatTemplate>(source, special_token_strings(tokenizer));
+  else log_warning("the model has no chat template: /v1/chat/completions needs --chat-template or disable_chat_template");
+}
+
+bool OpenAiService::authorized(const HttpRequest& request) const {
+  if (config_.api_keys.empty()) return true;
+  const auto header = request.headers.find("authorization");
+  if (header == request.headers.end()) return false;
+  const std::string& value = header->second;
+  const std::string prefix = "Bearer ";
+  if (value.rfind(prefix, 0) != 0) return false;
+  const std::string key = value.substr(prefix.size());
+  return std::find(config_.api_keys.begin(), config_.api_keys.end(), key) != config_.api_keys.end();
+}
+
+std::string OpenAiService::metrics_text() const { return metrics_.render(engine_.stats(), config_.engine.max_num_seqs); }
+
+HttpResponse OpenAiService::models_response() const {
+  ordered_json model = {{"id", config_.model_name},
+                        {"object", "model"},
+                        {"created", created_},
+                        {"owned_by", "ernie.cpp"},
+                        {"root", config_.model_dir},
+                        {"parent", nullptr},
+                        {"max_model_len", config_.engine.max_model_len}};
+  HttpResponse response;
+  response.body = dump_json({{"object", "list"}, {"data", ordered_json::array({model})}});
+  return response;
+}
+
+void OpenAiService::handle_metrics_port(HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+  if (request.path != "/metrics") {
+    responder->respond(json_error_response({404, "the metrics port serves only /metrics", "invalid_request_error", ""}));
+    return;
+  }
+  responder->respond({200, "text/plain; version=0.0.4", metrics_text(), {}});
+}
+
+void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+  const std::string& path = request.path;
+  const bool get = request.method == "GET", post = request.method == "POST";
+  if (path == "/health" || path == "/ping") {
+    if (get || (post && path == "/ping")) responder->respond({200, "application/json", "", {}});
+    else responder->respond(json_error_response({405, "method " + request.method + " is not allowed on " + path, "invalid_request_error", ""}));
+    return;
+  }
+  if (path == "/metrics" && get) {
+    responder->respond({200, "text/plain; version=0.0.4", metrics_text(), {}});
+    return;
+  }
+  const bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions";
+  if (!known) {
+    responder->respond(json_error_response({404, "no route for " + request.method + " " + path, "invalid_request_error", ""}));
+    return;
+  }
+  if (!authorized(request)) {
+    HttpResponse response = json_error_response(
+        {401, "a valid API key is required: send Authorization: Bearer <key>", "authentication_error", ""});
+    response.headers.emplace_back("WWW-Authenticate", "Bearer");
+    responder->respond(response);
+    return;
+  }
+  if (path == "/v1/models") {
+    if (!get) responder->respond(json_error_response({405, "use GET for /v1/models", "invalid_request_error", ""}));
+    else responder->respond(models_response());
+    return;
+  }
+  if (!post) {
+    responder->respond(json_error_response({405, "use POST for " + path, "invalid_request_error", ""}));
+    return;
+  }
+  handle_generation(path == "/v1/chat/completions" ? ApiKind::kChat : ApiKind::kCompletion, request, std::move(responder));
+}
+
+std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest& request, std::string& rendered) const {
+  if (request.kind == ApiKind::kCompletion) {
+    std::vector<std::vector<int32_t>> prompts = request.prompt_ids;
+    for (const std::string& text : request.prompt_texts) prompts.push_back(tokenizer_.encode(text));
+    return prompts;
+  }
+  if (request.prompt_token_ids) return {*request.prompt_token_ids};
+  if (request.disable_chat_template) {
+    const ordered_json& content = request.messages.at(0).contains("content") ? request.messages.at(0).at("content") : ordered_json();
+    if (!content.is_string()) invalid_field("messages", "with disable_chat_template, messages[0].content must be the prompt string");
+    rendered = content.get<std::string>();
+    return {tokenizer_.encode(rendered)};
+  }
+  ChatTemplateInputs inputs;
+  inputs.messages = request.messages;
+  inputs.tools = request.tools;
+  inputs.extra = request.chat_template_kwargs;
+  if (request.chat_template_kwargs.contains("add_generation_prompt") &&
+      request.chat_template_kwargs.at("add_generation_prompt").is_boolean())
+    inputs.add_generation_prompt = request.chat_template_kwargs.at("add_generation_prompt").get<bool>();
+  try {
+    if (!request.chat_template.empty()) {
+      rendered = ChatTemplate(request.chat_template, special_token_strings(tokenizer_)).render(inputs);
+    } else {
+      if (!chat_template_)
+        invalid_field("messages", "this model has no chat template; start the server with --chat-template or send "
+                                  "disable_chat_template");
+      rendered = chat_template_->render(inputs);
+    }
+  } catch (const Error& error) {
+    invalid_field(request.chat_template.empty() ? "messages" : "chat_template",
+                  std::string("the chat template could not be rendered: ") + error.what());
+  }
+  return {tokenizer_.encode(rendered)};
+}
+
+void OpenAiService::finalize_params(OpenAiRequest& request, size_t prompt_length) const {
+  const int64_t max_model_len = config_.engine.max_model_len;
+  const int64_t length = static_cast<int64_t>(prompt_length);
+  if (length == 0) invalid_field(request.kind == ApiKind::kChat ? "messages" : "prompt", "the prompt is empty");
+  if (length + request.params.min_tokens >= max_model_len)
+    invalid_field(request.kind == ApiKind::kChat ? "messages" : "prompt",
+                  "Input text is too long, input_ids_len (" + std::to_string(length) + ") + min_tokens(" +
+                      std::to_string(request.params.min_tokens) + ") >= max_model_len(" + std::to_string(max_model_len) + ")");
+  const int64_t room = max_model_len - length;
+  // Absent: all the room left; larger than the room: clipped (FastDeploy does both).
+  request.params.max_tokens = static_cast<int>(std::min<int64_t>(request.max_tokens.value_or(room), room));
+  if (request.logprobs && !config_.enable_logprob)
+    invalid_field(request.kind == ApiKind::kChat ? "logprobs" : "logprobs",
+                  "Logprobs is disabled, please enable it in startup config (--enable-logprob).");
+  if (request.logprobs && request.top_logprobs > config_.max_logprobs)
+    invalid_field("top_logprobs", "at most --max-logprobs " + std::to_string(config_.max_logprobs) + " top logprobs");
+  for (const std::string& word : request.bad_words) {
+    // FastDeploy keeps the words that are one token, as written or after a space.
+    for (const std::string& form : {word, " " + word}) {
+      const std::vector<int32_t> ids = tokenizer_.encode(form);
+      if (ids.size() == 1) request.params.bad_words_token_ids.push_back(ids[0]);
+    }
+  }
+  try {
+    validate_sampling_params(request.params, model_.vocab_size);
+  } catch (const Error& error) {
+    throw ApiException{{400, error.what(), "invalid_request_error", ""}};
+  }
+}
+
+void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std::shared_ptr<HttpResponder> responder) {
+  const Clock::time_point arrival = Clock::now();
+  metrics_.request_received();
+  if (in_flight_.fetch_add(1) >= config_.max_concurrency) {
+    in_flight_.fetch_sub(1);
+    responder->respond(json_error_response({429, "Too many requests, current max concurrency is " +
+                                                     std::to_string(config_.max_concurrency),
+                                            "rate_limit_error", ""}));
+    return;
+  }
+  try {
+    OpenAiRequest request = parse_openai_request(kind, http.body, defaults_);
+    if (!request.model.empty() && request.model != config_.model_name && request.model != "default" &&
+        request.model != config_.model_dir)
+      throw ApiException{{404, "The model `" + request.model + "` does not exist; this server serves `" +
+                                   config_.model_name + "`", "invalid_request_error", "model"}};
+    std::string rendered;
+    std::vector<std::vector<int32_t>> prompts = prompts_for(request, rendered);
+    size_t longest = 0;
+    for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
+    for (const auto& prompt : prompts)
+      if (prompt.empty()) finalize_params(request, 0);  // reports the empty prompt
+    finalize_params(request, longest);
+    const std::string prefix = kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-";
+    const std::string id = request.request_id.empty() ? prefix + std::to_string(created_) + "-" + std::to_string(next_id_.fetch_add(1))
+                                                      : request.request_id;
+    auto assembler = std::make_shared<ResponseAssembler>(*this, request, id, config_.model_name, responder, arrival);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ResponseAssembler::Choice choice;
+      choice.engine_id = prompts.size() == 1 ? id : id + "-" + std::to_string(i);
+      choice.prompt_ids = prompts[i];
+      if (request.echo) choice.prompt_text = i < request.prompt_texts.size() ? request.prompt_texts[i] : tokenizer_.decode(prompts[i]);
+      assembler->choices().push_back(std::move(choice));
+    }
+    assembler->start();
+  } catch (const ApiException& exception) {
+    in_flight_.fetch_sub(1);
+    log_info("request rejected (", exception.error.status, "): ", exception.error.message);
+    responder->respond(json_error_response(exception.error));
+  } catch (const std::exception& exception) {
+    in_flight_.fetch_sub(1);
+    log_warning("request failed: ", exception.what());
+    responder->respond(json_error_response({500, "internal error", "server_error", ""}));
+  }
+}
+
+}  // namespace ernie

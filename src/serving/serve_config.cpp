@@ -1,0 +1,265 @@
+#include "serving/serve_config.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/args.h"
+#include "cli/engine_setup.h"
+#include "cli/model_loading.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ernie {
+namespace {
+
+namespace fs = std::filesystem;
+
+// How the server treats a FastDeploy flag it accepts.
+enum class FlagRole {
+  kImplemented,  // parsed into ServeConfig
+  kCpuMeaning,   // has no meaning on a CPU: a log line says what happens instead
+  kLater,        // implemented by a later part of ernie.cpp: a log line says so
+};
+
+struct FlagInfo {
+  OptionSpec spec;
+  FlagRole role;
+  std::string note;  // the log line for kCpuMeaning / kLater
+};
+
+FlagInfo flag(std::string name, std::string value, std::string help, std::string fallback = "") {
+  return {{std::move(name), std::move(value), std::move(help), std::move(fallback)}, FlagRole::kImplemented, ""};
+}
+FlagInfo cpu(std::string name, std::string value, std::string note) {
+  return {{std::move(name), std::move(value), "accepted for FastDeploy compatibility: " + note, ""}, FlagRole::kCpuMeaning,
+          std::move(note)};
+}
+FlagInfo later(std::string name, std::string value, std::string note) {
+  return {{std::move(name), std::move(value), "accepted; " + note, ""}, FlagRole::kLater, std::move(note)};
+}
+
+std::vector<FlagInfo> serve_flags() {
+  std::vector<FlagInfo> flags = {
+      flag("model", "DIR|NAME", "checkpoint directory, or a hub name found in the local Hugging Face cache"),
+      flag("served-model-name", "NAME", "model name in /v1/models and responses (default: --model as given)"),
+      flag("tokenizer", "DIR", "tokenizer directory (default: the model directory)"),
+      flag("host", "HOST", "address to bind", "0.0.0.0"),
+      flag("port", "PORT", "HTTP port of the OpenAI API", "8000"),
+      flag("metrics-port", "PORT", "serve /metrics on this port too (it is always on the main port)"),
+      flag("max-concurrency", "N", "requests in flight at once; more get HTTP 429", "512"),
+      flag("api-key", "KEY", "require Authorization: Bearer KEY (repeatable; also FD_API_KEY, comma-separated)"),
+      flag("chat-template", "FILE|TEXT", "Jinja chat template replacing the model's"),
+      flag("enable-logprob", "", "allow requests to ask for logprobs"),
+      flag("max-logprobs", "N", "most top_logprobs a request may ask for", "20"),
+      flag("reasoning-parser", "NAME", "ernie_x1 (alias ernie-x1) or ernie-45-vl"),
+      flag("tool-call-parser", "NAME", "ernie_x1"),
+      flag("timeout-graceful-shutdown", "SECONDS", "on SIGINT/SIGTERM, wait this long for in-flight requests", "30"),
+      cpu("workers", "N", "one process serves every connection with asynchronous IO"),
+      cpu("use-cudagraph", "", "the CPU engine always reuses its threads and buffers; there is no graph to capture"),
+      cpu("graph-optimization-config", "JSON", "the CPU engine has no graph capture; the JSON is checked and otherwise unused"),
+      cpu("engine-worker-queue-port", "PORT", "the engine runs inside the server process; no worker queue port is opened"),
+      cpu("cache-queue-port", "PORT", "KV cache blocks live in this process's memory; no cache transfer process runs"),
+      cpu("load-choices", "NAME", "both PT and Paddle checkpoint layouts are read natively by one loader"),
+      cpu("use-warmup", "N", "the first request pages the weights in; no separate warm-up run"),
+      cpu("swap-space", "GIB", "the KV cache already lives in RAM, so there is no slower tier to swap prefix-cache blocks to"),
+      cpu("enable-mm", "", "deprecated in FastDeploy; the architecture is read from config.json"),
+      cpu("disable-custom-all-reduce", "", "no GPU all-reduce kernels on a CPU"),
+      cpu("enable-custom-all-reduce", "", "no GPU all-reduce kernels on a CPU"),
+      cpu("max-waiting-time", "SECONDS", "requests are admitted or refused (429) at once; there is no waiting semaphore"),
+      cpu("controller-port", "PORT", "no separate controller app runs"),
+      cpu("scheduler-name", "NAME", "one local scheduler runs in the engine"),
+      cpu("data-parallel-size", "N", "one engine per process; run several servers behind a load balancer for data parallelism"),
+      cpu("lm_head-fp32", "", "the vocabulary projection already accumulates in fp32"),
+      cpu("moe-gate-fp32", "", "the MoE router already runs in fp32"),
+      cpu("model-loader-extra-config", "JSON", "checkpoints are memory-mapped; the JSON is checked and otherwise unused"),
+      later("quantization", "NAME", "quantized weights (wint8, wint4, block_wise_fp8) arrive with the quantized kernels; this server runs the checkpoint's own bf16 weights"),
+      later("tensor-parallel-size", "N", "tensor parallelism over MPI arrives later; this server runs the whole model in one process"),
+      later("splitwise-role", "ROLE", "prefill/decode disaggregation arrives later; this server runs as \"mixed\""),
+      later("innode-prefill-ports", "PORTS", "prefill/decode disaggregation arrives later"),
+      later("speculative-config", "JSON", "speculative decoding (MTP) arrives later; decoding is not speculative"),
+      later("limit-mm-per-prompt", "JSON", "images and video (ERNIE-4.5-VL) arrive later"),
+      later("mm-processor-kwargs", "JSON", "images and video (ERNIE-4.5-VL) arrive later"),
+      later("guided-decoding-backend", "NAME", "structured output arrives later"),
+      later("enable-expert-parallel", "", "expert parallelism arrives with tensor parallelism"),
+      later("dynamic-load-weight", "", "weight hot-swapping is not supported"),
+  };
+  for (OptionSpec& spec : engine_option_specs()) flags.push_back({std::move(spec), FlagRole::kImplemented, ""});
+  for (FlagInfo& info : flags)
+    if (info.spec.name == "api-key") info.spec.repeatable = true;
+  return flags;
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::string(value) : fallback;
+}
+
+void require_json_object(const std::string& flag_name, const std::string& text) {
+  nlohmann::json parsed;
+  try {
+    parsed = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    fail("--", flag_name, " expects a JSON object, got \"", text, "\" (", error.what(), ")");
+  }
+  if (!parsed.is_object()) fail("--", flag_name, " expects a JSON object, got ", parsed.dump());
+}
+
+void check_choice(const std::string& flag_name, const std::string& value, const std::vector<std::string>& valid) {
+  std::string listed;
+  for (const std::string& option : valid) {
+    if (option == value) return;
+    listed += (listed.empty() ? "" : ", ") + option;
+  }
+  fail("--", flag_name, " \"", value, "\" is not known (valid: ", listed, ")");
+}
+
+// Checks the values of accepted-but-unimplemented flags, so a typo is caught today.
+void check_flag_value(const std::string& name, const std::string& value) {
+  if (name == "graph-optimization-config" || name == "model-loader-extra-config" || name == "speculative-config" ||
+      name == "limit-mm-per-prompt" || name == "mm-processor-kwargs")
+    require_json_object(name, value);
+  if (name == "quantization")
+    check_choice(name, value, {"wint8", "wint4", "wint2", "block_wise_fp8", "w4a8", "w4afp8", "wfp8afp8", "mix_quant"});
+  if (name == "splitwise-role") check_choice(name, value, {"mixed", "prefill", "decode"});
+  if (name == "load-choices") check_choice(name, value, {"default", "default_v1", "new_loader", "dummy"});
+  if (name == "guided-decoding-backend") check_choice(name, value, {"off", "auto", "xgrammar", "guidance"});
+  if (name == "speculative-config") {
+    const auto config = nlohmann::json::parse(value);
+    if (config.contains("method") && config["method"].is_string())
+      check_choice("speculative-config method", config["method"].get<std::string>(), {"mtp", "ngram", "naive", "suffix"});
+  }
+}
+
+std::string read_template_argument(const std::string& value) {
+  if (fs::is_regular_file(value)) {
+    std::ifstream file(value);
+    std::stringstream text;
+    text << file.rdbuf();
+    return text.str();
+  }
+  return value;
+}
+
+// FastDeploy's environment variables that mean nothing here, with what happens instead.
+void announce_environment() {
+  const std::pair<const char*, const char*> cpu_only[] = {
+      {"CUDA_VISIBLE_DEVICES", "this server runs on the CPU; no GPU is used"},
+      {"FD_ATTENTION_BACKEND", "one CPU attention kernel is used"},
+      {"INFERENCE_MSG_QUEUE_ID", "the engine runs inside the server process; no message queue is opened"},
+      {"FD_MOE_BACKEND", "one CPU MoE path is used"},
+      {"FD_USE_MACHETE", "no GPU GEMM kernels on a CPU"},
+      {"FD_USE_DEEP_GEMM", "no GPU GEMM kernels on a CPU"},
+  };
+  for (const auto& [name, note] : cpu_only)
+    if (std::getenv(name) != nullptr) log_info(name, " is set: ", note);
+}
+
+}  // namespace
+
+std::string resolve_model_path(const std::string& model) {
+  if (fs::is_directory(model)) return model;
+  // A hub name: models--{org}--{name}/snapshots/<revision>/ in the Hugging Face cache.
+  if (model.find('/') != std::string::npos && model.find("..") == std::string::npos && model.front() != '/' &&
+      model.front() != '.') {
+    std::vector<std::string> caches;
+    if (const char* hub = std::getenv("HF_HUB_CACHE")) caches.push_back(hub);
+    if (const char* home = std::getenv("HF_HOME")) caches.push_back(std::string(home) + "/hub");
+    if (const char* home = std::getenv("HOME")) caches.push_back(std::string(home) + "/.cache/huggingface/hub");
+    std::string folder = "models--" + model;
+    for (size_t at = folder.find('/'); at != std::string::npos; at = folder.find('/')) folder.replace(at, 1, "--");
+    for (const std::string& cache : caches) {
+      const fs::path snapshots = fs::path(cache) / folder / "snapshots";
+      if (!fs::is_directory(snapshots)) continue;
+      // Prefer the revision refs/main points at, else any snapshot with a config.
+      std::ifstream ref(fs::path(cache) / folder / "refs" / "main");
+      std::string revision;
+      if (ref >> revision && fs::exists(snapshots / revision / "config.json")) return (snapshots / revision).string();
+      for (const auto& entry : fs::directory_iterator(snapshots))
+        if (fs::exists(entry.path() / "config.json")) return entry.path().string();
+    }
+    fail("--model ", model, " is neither a directory nor in the local Hugging Face cache (looked for ", folder,
+         " under $HF_HUB_CACHE, $HF_HOME/hub and ~/.cache/huggingface/hub); nothing is downloaded");
+  }
+  fail("--model ", model, " is not a directory");
+}
+
+std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
+  const std::vector<FlagInfo> flags = serve_flags();
+  std::vector<OptionSpec> specs;
+  for (const FlagInfo& info : flags) specs.push_back(info.spec);
+  const ArgParser parser("ernie serve --model DIR [flags]",
+                         "Serves the model behind an OpenAI-compatible HTTP API (FastDeploy's flags and meanings).",
+                         specs);
+  const ParsedArgs args = parser.parse(argc, argv, first);
+  if (args.help_requested()) {
+    std::fputs(parser.help_text().c_str(), stdout);
+    return std::nullopt;
+  }
+
+  for (const FlagInfo& info : flags) {
+    if (info.role == FlagRole::kImplemented || !args.has(info.spec.name)) continue;
+    const std::string value = info.spec.value_name.empty() ? "" : args.get(info.spec.name);
+    check_flag_value(info.spec.name, value);
+    const bool inert_value = (info.spec.name == "tensor-parallel-size" && value == "1") ||
+                             (info.spec.name == "splitwise-role" && value == "mixed") ||
+                             (info.spec.name == "guided-decoding-backend" && value == "off");
+    if (inert_value) continue;
+    log_info("--", info.spec.name, value.empty() ? "" : " " + value, ": ", info.note);
+  }
+  announce_environment();
+
+  ServeConfig config;
+  if (!args.has("model"))
+    fail("--model is required: no trained model ships in models/ yet; point --model at an ERNIE 4.5 checkpoint "
+         "directory (or make a random one with `ernie synth`)");
+  config.model_dir = resolve_model_path(args.get("model"));
+  config.model_name = args.get_optional("served-model-name").value_or(args.get("model"));
+  config.tokenizer_dir = args.has("tokenizer") ? resolve_model_path(args.get("tokenizer")) : config.model_dir;
+  config.host = args.get("host");
+  const int64_t port = args.get_int("port");
+  if (port < 0 || port > 65535) fail("--port must lie in 0..65535, got ", port);
+  config.port = static_cast<int>(port);
+  if (args.has("metrics-port")) {
+    const int64_t metrics_port = args.get_int("metrics-port");
+    if (metrics_port < 0 || metrics_port > 65535) fail("--metrics-port must lie in 0..65535, got ", metrics_port);
+    if (metrics_port != port) config.metrics_port = static_cast<int>(metrics_port);
+  }
+  const int64_t concurrency = args.get_int("max-concurrency");
+  if (concurrency < 1 || concurrency > 1000000) fail("--max-concurrency must be at least 1, got ", concurrency);
+  config.max_concurrency = static_cast<int>(concurrency);
+  config.api_keys = args.get_all("api-key");
+  if (config.api_keys.empty()) {
+    std::stringstream keys(env_or("FD_API_KEY", ""));
+    for (std::string key; std::getline(keys, key, ',');)
+      if (!key.empty()) config.api_keys.push_back(key);
+  }
+  if (args.has("chat-template")) config.chat_template = read_template_argument(args.get("chat-template"));
+  config.enable_logprob = args.flag("enable-logprob");
+  config.max_logprobs = static_cast<int>(args.get_int("max-logprobs"));
+  if (config.max_logprobs < 0 || config.max_logprobs > 20) fail("--max-logprobs must lie in 0..20, got ", config.max_logprobs);
+  if (args.has("reasoning-parser")) {
+    config.reasoning_parser = args.get("reasoning-parser");
+    check_choice("reasoning-parser", config.reasoning_parser, {"ernie_x1", "ernie-x1", "ernie-45-vl"});
+    log_info("--reasoning-parser ", config.reasoning_parser,
+             ": accepted; splitting reasoning_content from content arrives with the parsers, until then the whole "
+             "output is content");
+  }
+  if (args.has("tool-call-parser")) {
+    config.tool_call_parser = args.get("tool-call-parser");
+    check_choice("tool-call-parser", config.tool_call_parser, {"ernie_x1", "ernie-x1"});
+    log_info("--tool-call-parser ", config.tool_call_parser,
+             ": accepted; tool_calls parsing arrives with the parsers, until then tool calls come back as content");
+  }
+  config.graceful_shutdown_seconds = static_cast<int>(args.get_int("timeout-graceful-shutdown"));
+  if (config.graceful_shutdown_seconds < 0) fail("--timeout-graceful-shutdown must be >= 0");
+  config.log_dir = env_or("FD_LOG_DIR", "log");
+  config.threads = thread_count_from_flag(args.get_int("threads"));
+  config.engine = engine_config_from_args(args);
+  return config;
+}
+
+}  // namespace ernie

@@ -1,0 +1,43 @@
+// `ernie serve`'s command line: FastDeploy's flags and environment variables with the
+// same names and meanings. Every flag of FastDeploy's api_server is accepted; one that
+// means nothing on a CPU, or that a later part of ernie.cpp implements, says so in a log
+// line when given (never silently ignored). A misspelt flag is refused with the closest.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine_config.h"
+
+namespace ernie {
+
+struct ServeConfig {
+  std::string model_dir;              // resolved local directory
+  std::string model_name;             // --served-model-name, else --model as given
+  std::string tokenizer_dir;          // --tokenizer, else the model directory
+  std::string host = "0.0.0.0";
+  int port = 8000;
+  std::optional<int> metrics_port;    // unset: /metrics on the main port
+  int max_concurrency = 512;          // in-flight requests; more get 429
+  std::vector<std::string> api_keys;  // --api-key (repeatable) or FD_API_KEY (comma-separated)
+  std::string chat_template;          // --chat-template: the template text (a file's content or the string)
+  bool enable_logprob = false;        // --enable-logprob
+  int max_logprobs = 20;
+  std::string reasoning_parser;       // validated names; parsing arrives with its own issue
+  std::string tool_call_parser;
+  std::string log_dir = "log";        // FD_LOG_DIR
+  int graceful_shutdown_seconds = 30; // --timeout-graceful-shutdown (0 in FastDeploy = unbounded; we bound it)
+  size_t threads = 0;
+  EngineConfig engine;
+};
+
+// Parses argv[first..] (after `ernie serve`) and the environment. Returns nullopt when
+// --help was printed.
+std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first);
+
+// Finds a model: a directory as given, or a hub name ("baidu/ERNIE-4.5-0.3B-PT") in the
+// local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub).
+std::string resolve_model_path(const std::string& model);
+
+}  // namespace ernie

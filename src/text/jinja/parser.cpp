@@ -1,0 +1,1143 @@
+#include "text/jinja/parser.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "text/jinja/builtins.h"
+#include "text/jinja/lexer.h"
+#include "util/error.h"
+
+namespace ernie::jinja {
+namespace {
+
+using namespace ast;
+
+// Deeper nesting than this (brackets, unary operators, blocks) is refused rather than
+// risking the C++ stack; real templates nest a handful of levels.
+constexpr int kMaxNesting = 200;
+
+std::string describe(const Token& t) {
+  switch (t.type) {
+    case TokenType::Data: return "template text";
+    case TokenType::VariableBegin: return "'{{'";
+    case TokenType::VariableEnd: return "'}}'";
+    case TokenType::BlockBegin: return "'{%'";
+    case TokenType::BlockEnd: return "'%}'";
+    case TokenType::Name: return "'" + t.text + "'";
+    case TokenType::String: return "a string";
+    case TokenType::Integer: return "an integer";
+    case TokenType::Float: return "a float";
+    case TokenType::Operator: return "'" + t.text + "'";
+    case TokenType::Eof: return "the end of the template";
+  }
+  return "a token";
+}
+
+std::string quote_tags(const std::vector<std::string_view>& tags) {
+  std::string out;
+  for (size_t i = 0; i < tags.size(); ++i) {
+    if (i > 0) out += i + 1 == tags.size() ? " or " : ", ";
+    out += str_cat("{% ", tags[i], " %}");
+  }
+  return out;
+}
+
+template <typename T>
+std::unique_ptr<T> at(std::unique_ptr<T> node, const Token& t) {
+  node->line = t.line;
+  node->column = t.column;
+  return node;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
+
+  Body parse() { return subparse({}); }
+
+ private:
+  struct OpenTag {
+    std::string name;
+    int line;
+    int column;
+  };
+
+  // Counts nesting on entry and exit of recursive productions.
+  class DepthGuard {
+   public:
+    explicit DepthGuard(Parser& p) : p_(p) {
+      if (++p_.depth_ > kMaxNesting) {
+        p_.error(p_.cur(), str_cat("the template nests more than ", kMaxNesting, " levels deep"));
+      }
+    }
+    ~DepthGuard() { --p_.depth_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+
+   private:
+    Parser& p_;
+  };
+
+  // --- token stream -------------------------------------------------------------------
+
+  const Token& cur() const { return tokens_[pos_]; }
+  const Token& peek() const { return tokens_[std::min(pos_ + 1, tokens_.size() - 1)]; }
+  const Token& next() {
+    const Token& t = tokens_[pos_];
+    if (pos_ + 1 < tokens_.size()) ++pos_;
+    return t;
+  }
+  bool is_op(std::string_view op) const { return cur().type == TokenType::Operator && cur().text == op; }
+  bool is_name(std::string_view name) const { return cur().type == TokenType::Name && cur().text == name; }
+  bool skip_op(std::string_view op) {
+    if (!is_op(op)) return false;
+    next();
+    return true;
+  }
+  bool skip_name(std::string_view name) {
+    if (!is_name(name)) return false;
+    next();
+    return true;
+  }
+
+  [[noreturn]] void error(const Token& t, std::string_view message) const {
+    throw Error(located(t.line, t.column, message));
+  }
+
+  void expect_op(std::string_view op) {
+    if (!skip_op(op)) error(cur(), str_cat("expected '", op, "', got ", describe(cur())));
+  }
+  const Token& expect_name() {
+    if (cur().type != TokenType::Name) error(cur(), str_cat("expected a name, got ", describe(cur())));
+    return next();
+  }
+  void expect_name(std::string_view name) {
+    if (!skip_name(name)) error(cur(), str_cat("expected '", name, "', got ", describe(cur())));
+  }
+  void expect(TokenType type, std::string_view what) {
+    if (cur().type != type) error(cur(), str_cat("expected ", what, ", got ", describe(cur())));
+    next();
+  }
+
+  // --- statements ---------------------------------------------------------------------
+
+  // Parses until a block whose tag is in `end_tags` (left as the current token) or the
+  // end of the template.
+  Body subparse(const std::vector<std::string_view>& end_tags) {
+    DepthGuard guard(*this);
+    Body body;
+    while (cur().type != TokenType::Eof) {
+      const Token& t = cur();
+      if (t.type == TokenType::Data) {
+        auto text = at(std::make_unique<TextStmt>(), t);
+        text->text = t.text;
+        next();
+        body.push_back(std::move(text));
+      } else if (t.type == TokenType::VariableBegin) {
+        auto out = at(std::make_unique<OutputStmt>(), next());
+        out->expr = parse_tuple(false, true, {}, false);
+        expect(TokenType::VariableEnd, "'}}'");
+        body.push_back(std::move(out));
+      } else if (t.type == TokenType::BlockBegin) {
+        next();
+        if (cur().type == TokenType::Name &&
+            std::find(end_tags.begin(), end_tags.end(), cur().text) != end_tags.end()) {
+          return body;
+        }
+        body.push_back(parse_statement(end_tags));
+        expect(TokenType::BlockEnd, "'%}' to end the tag");
+      } else {
+        error(t, str_cat("unexpected ", describe(t)));
+      }
+    }
+    return body;
+  }
+
+  // `:`? then `%}`, a body up to one of `end_tags`, and optionally that end tag.
+  Body parse_statements(const std::vector<std::string_view>& end_tags, bool drop_needle) {
+    skip_op(":");
+    expect(TokenType::BlockEnd, "'%}' to end the tag");
+    Body body = subparse(end_tags);
+    if (cur().type == TokenType::Eof) {
+      const OpenTag& open = tags_.back();
+      error(cur(), str_cat("unexpected end of template: expected ", quote_tags(end_tags), " to close the '",
+                           open.name, "' tag at line ", open.line, ", column ", open.column));
+    }
+    if (drop_needle) next();
+    return body;
+  }
+
+  StmtPtr parse_statement(const std::vector<std::string_view>& enclosing_end_tags) {
+    const Token& t = cur();
+    if (t.type != TokenType::Name) error(t, str_cat("expected a tag name, got ", describe(t)));
+    const std::string name = t.text;
+    static const std::set<std::string, std::less<>> kUnsupported = {"block",  "extends", "include",
+                                                                       "import", "from",    "autoescape"};
+    if (kUnsupported.count(name)) {
+      error(t, str_cat("the '", name,
+                       "' tag is not supported: chat templates are single templates rendered without a loader"));
+    }
+    tags_.push_back({name, t.line, t.column});
+    StmtPtr stmt;
+    if (name == "for") {
+      stmt = parse_for();
+    } else if (name == "if") {
+      stmt = parse_if();
+    } else if (name == "set") {
+      stmt = parse_set();
+    } else if (name == "macro") {
+      stmt = parse_macro();
+    } else if (name == "call") {
+      stmt = parse_call_block();
+    } else if (name == "filter") {
+      stmt = parse_filter_block();
+    } else if (name == "with") {
+      stmt = parse_with();
+    } else if (name == "print") {
+      stmt = parse_print();
+    } else if (name == "generation") {
+      auto gen = at(std::make_unique<GenerationStmt>(), next());
+      gen->body = parse_statements({"endgeneration"}, true);
+      stmt = std::move(gen);
+    } else if (name == "break" || name == "continue") {
+      if (loop_depth_ == 0) error(t, str_cat("'", name, "' outside of a for loop"));
+      stmt = at(std::make_unique<LoopControlStmt>(name == "break" ? StmtKind::Break : StmtKind::Continue), next());
+    } else {
+      tags_.pop_back();
+      std::string message = str_cat("unknown tag '", name, "'");
+      if (!enclosing_end_tags.empty()) {
+        const OpenTag& open = tags_.back();
+        message += str_cat("; expected ", quote_tags(enclosing_end_tags), " to close the '", open.name,
+                           "' tag at line ", open.line, ", column ", open.column);
+      }
+      error(t, message);
+    }
+    tags_.pop_back();
+    return stmt;
+  }
+
+  StmtPtr parse_for() {
+    auto s = at(std::make_unique<ForStmt>(), next());
+    s->target = parse_assign_target(true, false, {"in"}, false);
+    expect_name("in");
+    s->iter = parse_tuple(false, false, {"recursive"}, false);
+    if (skip_name("if")) s->filter = parse_expression(true);
+    s->recursive = skip_name("recursive");
+    ++loop_depth_;
+    s->body = parse_statements({"endfor", "else"}, false);
+    --loop_depth_;
+    if (next().text == "else") s->otherwise = parse_statements({"endfor"}, true);
+    return s;
+  }
+
+  StmtPtr parse_if() {
+    auto s = at(std::make_unique<IfStmt>(), next());
+    while (true) {
+      ExprPtr test = parse_tuple(false, false, {}, false);
+      Body body = parse_statements({"elif", "else", "endif"}, false);
+      s->branches.emplace_back(std::move(test), std::move(body));
+      const Token& end = next();
+      if (end.text == "elif") continue;
+      if (end.text == "else") s->otherwise = parse_statements({"endif"}, true);
+      break;
+    }
+    return s;
+  }
+
+  StmtPtr parse_set() {
+    const Token& t = next();
+    ExprPtr target = parse_assign_target(true, false, {}, true);
+    if (skip_op("=")) {
+      auto s = at(std::make_unique<SetStmt>(), t);
+      s->target = std::move(target);
+      s->value = parse_tuple(false, true, {}, false);
+      return s;
+    }
+    auto s = at(std::make_unique<SetBlockStmt>(), t);
+    s->target = std::move(target);
+    s->filter = parse_filter(nullptr, false);
+    s->body = parse_statements({"endset"}, true);
+    return s;
+  }
+
+  void parse_signature(MacroDef& def) {
+    expect_op("(");
+    while (!is_op(")")) {
+      if (!def.params.empty()) expect_op(",");
+      def.params.push_back(expect_name().text);
+      if (skip_op("=")) {
+        def.defaults.push_back(parse_expression(true));
+      } else if (!def.defaults.empty()) {
+        error(cur(), "non-default argument follows default argument");
+      }
+    }
+    expect_op(")");
+  }
+
+  // A macro body is a function of its own: loop controls do not reach through it.
+  Body parse_function_body(std::string_view end_tag) {
+    const int saved = loop_depth_;
+    loop_depth_ = 0;
+    Body body = parse_statements({end_tag}, true);
+    loop_depth_ = saved;
+    return body;
+  }
+
+  StmtPtr parse_macro() {
+    auto s = at(std::make_unique<MacroStmt>(), next());
+    s->def.name = expect_name().text;
+    parse_signature(s->def);
+    s->def.body = parse_function_body("endmacro");
+    analyze(s->def);
+    return s;
+  }
+
+  StmtPtr parse_call_block() {
+    auto s = at(std::make_unique<CallBlockStmt>(), next());
+    s->caller.name = "caller";
+    if (is_op("(")) parse_signature(s->caller);
+    const Token& call_token = cur();
+    s->call = parse_expression(true);
+    if (s->call->kind != ExprKind::Call) error(call_token, "expected a macro call after 'call'");
+    s->caller.body = parse_function_body("endcall");
+    analyze(s->caller);
+    return s;
+  }
+
+  StmtPtr parse_filter_block() {
+    auto s = at(std::make_unique<FilterBlockStmt>(), next());
+    s->filter = parse_filter(nullptr, true);
+    s->body = parse_statements({"endfilter"}, true);
+    return s;
+  }
+
+  StmtPtr parse_with() {
+    auto s = at(std::make_unique<WithStmt>(), next());
+    while (cur().type != TokenType::BlockEnd) {
+      if (!s->targets.empty()) expect_op(",");
+      s->targets.push_back(parse_assign_target(true, false, {}, false));
+      expect_op("=");
+      s->values.push_back(parse_expression(true));
+    }
+    s->body = parse_statements({"endwith"}, true);
+    return s;
+  }
+
+  StmtPtr parse_print() {
+    auto s = at(std::make_unique<OutputStmt>(), next());
+    auto concat = at(std::make_unique<ConcatExpr>(), cur());
+    while (cur().type != TokenType::BlockEnd) {
+      if (!concat->parts.empty()) expect_op(",");
+      concat->parts.push_back(parse_expression(true));
+    }
+    s->expr = std::move(concat);
+    return s;
+  }
+
+  static bool can_assign(const Expr& e) {
+    if (e.kind == ExprKind::Name || e.kind == ExprKind::NsRef) return true;
+    if (e.kind == ExprKind::Tuple) {
+      const auto& seq = static_cast<const SequenceExpr&>(e);
+      return std::all_of(seq.items.begin(), seq.items.end(), [](const ExprPtr& item) { return can_assign(*item); });
+    }
+    return false;
+  }
+
+  ExprPtr parse_assign_target(bool with_tuple, bool name_only, const std::vector<std::string_view>& extra_end,
+                              bool with_namespace) {
+    const Token& start = cur();
+    ExprPtr target;
+    if (with_namespace && peek().type == TokenType::Operator && peek().text == ".") {
+      auto ref = at(std::make_unique<NsRefExpr>(), start);
+      ref->name = expect_name().text;
+      next();  // the dot
+      ref->attr = expect_name().text;
+      target = std::move(ref);
+    } else if (name_only) {
+      auto name = at(std::make_unique<NameExpr>(), start);
+      name->name = expect_name().text;
+      target = std::move(name);
+    } else {
+      target = with_tuple ? parse_tuple(true, true, extra_end, false) : parse_primary();
+    }
+    if (!can_assign(*target)) error(start, "can't assign to this expression: expected a name or a tuple of names");
+    return target;
+  }
+
+  // Records which of `varargs`, `kwargs` and `caller` a macro body reads, which
+  // decides what arguments the macro accepts (as jinja2's compiler does).
+  static void analyze(MacroDef& def) {
+    std::set<std::string, std::less<>> names;
+    collect_names(def.body, names);
+    auto is_param = [&](std::string_view n) {
+      return std::find(def.params.begin(), def.params.end(), n) != def.params.end();
+    };
+    def.catch_varargs = names.count("varargs") > 0;
+    def.catch_kwargs = names.count("kwargs") > 0;
+    def.uses_caller = names.count("caller") > 0 && !is_param("caller");
+  }
+
+  // --- expressions --------------------------------------------------------------------
+
+  ExprPtr parse_expression(bool with_condexpr) {
+    DepthGuard guard(*this);
+    return with_condexpr ? parse_condexpr() : parse_or();
+  }
+
+  ExprPtr parse_condexpr() {
+    const Token& start = cur();
+    ExprPtr expr = parse_or();
+    while (skip_name("if")) {
+      auto cond = at(std::make_unique<CondExpr>(), start);
+      cond->test = parse_or();
+      if (skip_name("else")) cond->otherwise = parse_condexpr();
+      cond->then = std::move(expr);
+      expr = std::move(cond);
+    }
+    return expr;
+  }
+
+  ExprPtr parse_or() {
+    const Token& start = cur();
+    ExprPtr left = parse_and();
+    while (skip_name("or")) {
+      auto node = at(std::make_unique<LogicalExpr>(ExprKind::Or), start);
+      node->left = std::move(left);
+      node->right = parse_and();
+      left = std::move(node);
+    }
+    return left;
+  }
+
+  ExprPtr parse_and() {
+    const Token& start = cur();
+    ExprPtr left = parse_not();
+    while (skip_name("and")) {
+      auto node = at(std::make_unique<LogicalExpr>(ExprKind::And), start);
+      node->left = std::move(left);
+      node->right = parse_not();
+      left = std::move(node);
+    }
+    return left;
+  }
+
+  ExprPtr parse_not() {
+    if (is_name("not")) {
+      DepthGuard guard(*this);
+      auto node = at(std::make_unique<UnaryExpr>(ExprKind::Not), next());
+      node->operand = parse_not();
+      return node;
+    }
+    return parse_compare();
+  }
+
+  ExprPtr parse_compare() {
+    const Token& start = cur();
+    ExprPtr first = parse_math1();
+    std::vector<std::pair<CompareOp, ExprPtr>> rest;
+    while (true) {
+      CompareOp op;
+      if (cur().type == TokenType::Operator && compare_op(cur().text, op)) {
+        next();
+      } else if (skip_name("in")) {
+        op = CompareOp::In;
+      } else if (is_name("not") && peek().type == TokenType::Name && peek().text == "in") {
+        next();
+        next();
+        op = CompareOp::NotIn;
+      } else {
+        break;
+      }
+      rest.emplace_back(op, parse_math1());
+    }
+    if (rest.empty()) return first;
+    auto node = at(std::make_unique<CompareExpr>(), start);
+    node->first = std::move(first);
+    node->rest = std::move(rest);
+    return node;
+  }
+
+  static bool compare_op(const std::string& s, CompareOp& op) {
+    if (s == "==") op = CompareOp::Eq;
+    else if (s == "!=") op = CompareOp::Ne;
+    else if (s == "<") op = CompareOp::Lt;
+    else if (s == "<=") op = CompareOp::Le;
+    else if (s == ">") op = CompareOp::Gt;
+    else if (s == ">=") op = CompareOp::Ge;
+    else return false;
+    return true;
+  }
+
+  ExprPtr binary(const Token& start, BinaryOp op, ExprPtr left, ExprPtr right) {
+    auto node = at(std::make_unique<BinaryExpr>(), start);
+    node->op = op;
+    node->left = std::move(left);
+    node->right = std::move(right);
+    return node;
+  }
+
+  ExprPtr parse_math1() {
+    const Token& start = cur();
+    ExprPtr left = parse_concat();
+    while (is_op("+") || is_op("-")) {
+      const BinaryOp op = next().text == "+" ? BinaryOp::Add : BinaryOp::Sub;
+      left = binary(start, op, std::move(left), parse_concat());
+    }
+    return left;
+  }
+
+  ExprPtr parse_concat() {
+    const Token& start = cur();
+    ExprPtr first = parse_math2();
+    if (!is_op("~")) return first;
+    auto node = at(std::make_unique<ConcatExpr>(), start);
+    node->parts.push_back(std::move(first));
+    while (skip_op("~")) node->parts.push_back(parse_math2());
+    return node;
+  }
+
+  ExprPtr parse_math2() {
+    const Token& start = cur();
+    ExprPtr left = parse_pow();
+    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      const std::string op = next().text;
+      const BinaryOp kind = op == "*" ? BinaryOp::Mul : op == "/" ? BinaryOp::Div : op == "//" ? BinaryOp::FloorDiv : BinaryOp::Mod;
+      left = binary(start, kind, std::move(left), parse_pow());
+    }
+    return left;
+  }
+
+  ExprPtr parse_pow() {
+    const Token& start = cur();
+    ExprPtr left = parse_unary(true);
+    while (skip_op("**")) left = binary(start, BinaryOp::Pow, std::move(left), parse_unary(true));
+    return left;
+  }
+
+  ExprPtr parse_unary(bool with_filter) {
+    DepthGuard guard(*this);
+    ExprPtr node;
+    if (is_op("-") || is_op("+")) {
+      const Token& t = next();
+      auto unary = at(std::make_unique<UnaryExpr>(t.text == "-" ? ExprKind::Neg : ExprKind::Pos), t);
+      unary->operand = parse_unary(false);
+      node = std::move(unary);
+    } else {
+      node = parse_primary();
+    }
+    node = parse_postfix(std::move(node));
+    if (with_filter) node = parse_filter_expr(std::move(node));
+    return node;
+  }
+
+  ExprPtr parse_primary() {
+    const Token& t = cur();
+    if (t.type == TokenType::Name) {
+      next();
+      if (t.text == "true" || t.text == "True" || t.text == "false" || t.text == "False") {
+        auto c = at(std::make_unique<ConstExpr>(), t);
+        c->value = Value(t.text == "true" || t.text == "True");
+        return c;
+      }
+      if (t.text == "none" || t.text == "None") {
+        auto c = at(std::make_unique<ConstExpr>(), t);
+        c->value = Value(nullptr);
+        return c;
+      }
+      auto name = at(std::make_unique<NameExpr>(), t);
+      name->name = t.text;
+      return name;
+    }
+    if (t.type == TokenType::String) {
+      auto c = at(std::make_unique<ConstExpr>(), t);
+      std::string text = next().text;
+      while (cur().type == TokenType::String) text += next().text;  // "a" "b" concatenates
+      c->value = Value(std::move(text));
+      return c;
+    }
+    if (t.type == TokenType::Integer || t.type == TokenType::Float) {
+      auto c = at(std::make_unique<ConstExpr>(), t);
+      c->value = t.type == TokenType::Integer ? Value(t.int_value) : Value(t.float_value);
+      next();
+      return c;
+    }
+    if (is_op("(")) {
+      next();
+      ExprPtr inner = parse_tuple(false, true, {}, true);
+      expect_op(")");
+      return inner;
+    }
+    if (is_op("[")) return parse_list();
+    if (is_op("{")) return parse_dict();
+    error(t, str_cat("unexpected ", describe(t)));
+  }
+
+  // jinja2 3.1 also passes "extra end rules" (`in` after a for target) here, but its
+  // check never matches them (Token.test_any receives the rule tuple as one argument),
+  // so `{% for a, in xs %}` is a syntax error there; the rules are ignored here too.
+  bool is_tuple_end(const std::vector<std::string_view>& /*extra_end*/) const {
+    const Token& t = cur();
+    return t.type == TokenType::VariableEnd || t.type == TokenType::BlockEnd || is_op(")");
+  }
+
+  // Expressions separated by commas make a tuple ("a, b"); one expression alone is
+  // itself. `simplified` parses only primaries (assignment targets).
+  ExprPtr parse_tuple(bool simplified, bool with_condexpr, const std::vector<std::string_view>& extra_end,
+                      bool explicit_parentheses) {
+    DepthGuard guard(*this);
+    const Token& start = cur();
+    std::vector<ExprPtr> items;
+    bool is_tuple = false;
+    while (true) {
+      if (!items.empty()) expect_op(",");
+      if (is_tuple_end(extra_end)) break;
+      items.push_back(simplified ? parse_primary() : parse_expression(with_condexpr));
+      if (is_op(",")) {
+        is_tuple = true;
+      } else {
+        break;
+      }
+    }
+    if (!is_tuple) {
+      if (!items.empty()) return std::move(items[0]);
+      if (!explicit_parentheses) error(cur(), str_cat("expected an expression, got ", describe(cur())));
+    }
+    auto tuple = at(std::make_unique<SequenceExpr>(ExprKind::Tuple), start);
+    tuple->items = std::move(items);
+    return tuple;
+  }
+
+  ExprPtr parse_list() {
+    auto list = at(std::make_unique<SequenceExpr>(ExprKind::List), next());
+    while (!is_op("]")) {
+      if (!list->items.empty()) expect_op(",");
+      if (is_op("]")) break;
+      list->items.push_back(parse_expression(true));
+    }
+    expect_op("]");
+    return list;
+  }
+
+  ExprPtr parse_dict() {
+    auto dict = at(std::make_unique<DictExpr>(), next());
+    while (!is_op("}")) {
+      if (!dict->items.empty()) expect_op(",");
+      if (is_op("}")) break;
+      ExprPtr key = parse_expression(true);
+      expect_op(":");
+      dict->items.emplace_back(std::move(key), parse_expression(true));
+    }
+    expect_op("}");
+    return dict;
+  }
+
+  ExprPtr parse_postfix(ExprPtr node) {
+    while (true) {
+      if (is_op(".") || is_op("[")) {
+        node = parse_subscript(std::move(node));
+      } else if (is_op("(")) {
+        node = parse_call(std::move(node));
+      } else {
+        return node;
+      }
+    }
+  }
+
+  ExprPtr parse_filter_expr(ExprPtr node) {
+    while (true) {
+      if (is_op("|")) {
+        node = parse_filter(std::move(node), false);
+      } else if (is_name("is")) {
+        node = parse_test(std::move(node));
+      } else if (is_op("(")) {
+        node = parse_call(std::move(node));
+      } else {
+        return node;
+      }
+    }
+  }
+
+  ExprPtr parse_subscript(ExprPtr node) {
+    const Token& t = next();
+    if (t.text == ".") {
+      const Token& attr = next();
+      if (attr.type == TokenType::Name) {
+        auto get = at_start_of(std::make_unique<GetAttrExpr>(), *node);
+        get->object = std::move(node);
+        get->name = attr.text;
+        return get;
+      }
+      if (attr.type != TokenType::Integer) error(attr, "expected a name or a number after '.'");
+      auto index = at(std::make_unique<ConstExpr>(), attr);
+      index->value = Value(attr.int_value);
+      auto get = at_start_of(std::make_unique<GetItemExpr>(), *node);
+      get->object = std::move(node);
+      get->index = std::move(index);
+      return get;
+    }
+    std::vector<ExprPtr> args;
+    while (!is_op("]")) {
+      if (!args.empty()) expect_op(",");
+      args.push_back(parse_subscribed());
+    }
+    expect_op("]");
+    auto get = at_start_of(std::make_unique<GetItemExpr>(), *node);
+    get->object = std::move(node);
+    if (args.size() == 1) {
+      get->index = std::move(args[0]);
+    } else {
+      auto tuple = at(std::make_unique<SequenceExpr>(ExprKind::Tuple), t);
+      tuple->items = std::move(args);
+      get->index = std::move(tuple);
+    }
+    return get;
+  }
+
+  ExprPtr parse_subscribed() {
+    const Token& start = cur();
+    ExprPtr first;
+    if (is_op(":")) {
+      next();
+    } else {
+      first = parse_expression(true);
+      if (!is_op(":")) return first;
+      next();
+    }
+    auto slice = at(std::make_unique<SliceExpr>(), start);
+    slice->start = std::move(first);
+    if (!is_op(":") && !is_op("]") && !is_op(",")) slice->stop = parse_expression(true);
+    if (skip_op(":")) {
+      if (!is_op("]") && !is_op(",")) slice->step = parse_expression(true);
+    }
+    return slice;
+  }
+
+  Arguments parse_call_args() {
+    const Token& open = cur();
+    expect_op("(");
+    Arguments args;
+    auto ensure = [&](bool ok) {
+      if (!ok) error(open, "invalid syntax for function call expression");
+    };
+    bool require_comma = false;
+    while (!is_op(")")) {
+      if (require_comma) {
+        expect_op(",");
+        if (is_op(")")) break;
+      }
+      if (is_op("*")) {
+        ensure(!args.star && !args.double_star);
+        next();
+        args.star = parse_expression(true);
+      } else if (is_op("**")) {
+        ensure(!args.double_star);
+        next();
+        args.double_star = parse_expression(true);
+      } else if (cur().type == TokenType::Name && peek().type == TokenType::Operator && peek().text == "=") {
+        ensure(!args.double_star);
+        std::string key = next().text;
+        next();
+        args.keyword.emplace_back(std::move(key), parse_expression(true));
+      } else {
+        ensure(!args.star && !args.double_star && args.keyword.empty());
+        args.positional.push_back(parse_expression(true));
+      }
+      require_comma = true;
+    }
+    expect_op(")");
+    return args;
+  }
+
+  // Calls and subscripts report the position where their whole expression starts.
+  template <typename T>
+  static std::unique_ptr<T> at_start_of(std::unique_ptr<T> node, const Expr& start) {
+    node->line = start.line;
+    node->column = start.column;
+    return node;
+  }
+
+  ExprPtr parse_call(ExprPtr callee) {
+    auto call = at_start_of(std::make_unique<CallExpr>(), *callee);
+    call->args = parse_call_args();
+    call->callee = std::move(callee);
+    return call;
+  }
+
+  std::string parse_dotted_name() {
+    std::string name = expect_name().text;
+    while (skip_op(".")) name += "." + expect_name().text;
+    return name;
+  }
+
+  ExprPtr parse_filter(ExprPtr node, bool start_inline) {
+    while (is_op("|") || start_inline) {
+      if (!start_inline) next();
+      start_inline = false;
+      auto filter = at(std::make_unique<FilterExpr>(), cur());
+      filter->name = parse_dotted_name();
+      if (is_op("(")) filter->args = parse_call_args();
+      filter->input = std::move(node);
+      node = std::move(filter);
+    }
+    return node;
+  }
+
+  ExprPtr parse_test(ExprPtr node) {
+    const Token& is = next();
+    const bool negated = skip_name("not");
+    auto test = at(std::make_unique<TestExpr>(), is);
+    test->name = parse_dotted_name();
+    const Token& t = cur();
+    if (is_op("(")) {
+      test->args = parse_call_args();
+    } else if ((t.type == TokenType::Name || t.type == TokenType::String || t.type == TokenType::Integer ||
+                t.type == TokenType::Float || is_op("[") || is_op("{")) &&
+               !is_name("else") && !is_name("or") && !is_name("and")) {
+      // `x is divisibleby 3`: one argument without parentheses.
+      if (is_name("is")) error(t, "you cannot chain multiple tests with 'is'");
+      test->args.positional.push_back(parse_postfix(parse_primary()));
+    }
+    test->input = std::move(node);
+    if (!negated) return test;
+    auto negation = at(std::make_unique<UnaryExpr>(ExprKind::Not), is);
+    negation->operand = std::move(test);
+    return negation;
+  }
+
+  // --- name collection ------------------------------------------------------------------
+
+  static void collect_args(const Arguments& args, std::set<std::string, std::less<>>& names) {
+    for (const auto& a : args.positional) collect_names(a.get(), names);
+    for (const auto& [key, a] : args.keyword) collect_names(a.get(), names);
+    collect_names(args.star.get(), names);
+    collect_names(args.double_star.get(), names);
+  }
+
+  static void collect_names(const Expr* e, std::set<std::string, std::less<>>& names) {
+    if (!e) return;
+    switch (e->kind) {
+      case ExprKind::Name: names.insert(static_cast<const NameExpr*>(e)->name); return;
+      case ExprKind::List:
+      case ExprKind::Tuple:
+        for (const auto& item : static_cast<const SequenceExpr*>(e)->items) collect_names(item.get(), names);
+        return;
+      case ExprKind::Dict:
+        for (const auto& [k, v] : static_cast<const DictExpr*>(e)->items) {
+          collect_names(k.get(), names);
+          collect_names(v.get(), names);
+        }
+        return;
+      case ExprKind::GetAttr: collect_names(static_cast<const GetAttrExpr*>(e)->object.get(), names); return;
+      case ExprKind::GetItem: {
+        const auto* g = static_cast<const GetItemExpr*>(e);
+        collect_names(g->object.get(), names);
+        collect_names(g->index.get(), names);
+        return;
+      }
+      case ExprKind::Slice: {
+        const auto* s = static_cast<const SliceExpr*>(e);
+        collect_names(s->start.get(), names);
+        collect_names(s->stop.get(), names);
+        collect_names(s->step.get(), names);
+        return;
+      }
+      case ExprKind::Call: {
+        const auto* c = static_cast<const CallExpr*>(e);
+        collect_names(c->callee.get(), names);
+        collect_args(c->args, names);
+        return;
+      }
+      case ExprKind::Filter: {
+        const auto* f = static_cast<const FilterExpr*>(e);
+        collect_names(f->input.get(), names);
+        collect_args(f->args, names);
+        return;
+      }
+      case ExprKind::Test: {
+        const auto* t = static_cast<const TestExpr*>(e);
+        collect_names(t->input.get(), names);
+        collect_args(t->args, names);
+        return;
+      }
+      case ExprKind::Neg:
+      case ExprKind::Pos:
+      case ExprKind::Not: collect_names(static_cast<const UnaryExpr*>(e)->operand.get(), names); return;
+      case ExprKind::Binary: {
+        const auto* b = static_cast<const BinaryExpr*>(e);
+        collect_names(b->left.get(), names);
+        collect_names(b->right.get(), names);
+        return;
+      }
+      case ExprKind::And:
+      case ExprKind::Or: {
+        const auto* l = static_cast<const LogicalExpr*>(e);
+        collect_names(l->left.get(), names);
+        collect_names(l->right.get(), names);
+        return;
+      }
+      case ExprKind::Concat:
+        for (const auto& p : static_cast<const ConcatExpr*>(e)->parts) collect_names(p.get(), names);
+        return;
+      case ExprKind::Compare: {
+        const auto* c = static_cast<const CompareExpr*>(e);
+        collect_names(c->first.get(), names);
+        for (const auto& [op, operand] : c->rest) collect_names(operand.get(), names);
+        return;
+      }
+      case ExprKind::CondExpr: {
+        const auto* c = static_cast<const CondExpr*>(e);
+        collect_names(c->test.get(), names);
+        collect_names(c->then.get(), names);
+        collect_names(c->otherwise.get(), names);
+        return;
+      }
+      case ExprKind::Const:
+      case ExprKind::NsRef: return;
+    }
+  }
+
+  static void collect_names(const Body& body, std::set<std::string, std::less<>>& names) {
+    for (const auto& stmt : body) {
+      switch (stmt->kind) {
+        case StmtKind::Output: collect_names(static_cast<const OutputStmt&>(*stmt).expr.get(), names); break;
+        case StmtKind::If: {
+          const auto& s = static_cast<const IfStmt&>(*stmt);
+          for (const auto& [test, branch] : s.branches) {
+            collect_names(test.get(), names);
+            collect_names(branch, names);
+          }
+          collect_names(s.otherwise, names);
+          break;
+        }
+        case StmtKind::For: {
+          const auto& s = static_cast<const ForStmt&>(*stmt);
+          collect_names(s.iter.get(), names);
+          collect_names(s.filter.get(), names);
+          collect_names(s.body, names);
+          collect_names(s.otherwise, names);
+          break;
+        }
+        case StmtKind::Set: {
+          const auto& s = static_cast<const SetStmt&>(*stmt);
+          collect_names(s.value.get(), names);
+          if (s.target->kind == ExprKind::NsRef) names.insert(static_cast<const NsRefExpr&>(*s.target).name);
+          break;
+        }
+        case StmtKind::SetBlock: {
+          const auto& s = static_cast<const SetBlockStmt&>(*stmt);
+          collect_names(s.filter.get(), names);
+          collect_names(s.body, names);
+          break;
+        }
+        case StmtKind::Macro: {
+          const auto& s = static_cast<const MacroStmt&>(*stmt);
+          for (const auto& d : s.def.defaults) collect_names(d.get(), names);
+          collect_names(s.def.body, names);
+          break;
+        }
+        case StmtKind::CallBlock: {
+          const auto& s = static_cast<const CallBlockStmt&>(*stmt);
+          collect_names(s.call.get(), names);
+          for (const auto& d : s.caller.defaults) collect_names(d.get(), names);
+          collect_names(s.caller.body, names);
+          break;
+        }
+        case StmtKind::FilterBlock: {
+          const auto& s = static_cast<const FilterBlockStmt&>(*stmt);
+          collect_names(s.filter.get(), names);
+          collect_names(s.body, names);
+          break;
+        }
+        case StmtKind::With: {
+          const auto& s = static_cast<const WithStmt&>(*stmt);
+          for (const auto& v : s.values) collect_names(v.get(), names);
+          collect_names(s.body, names);
+          break;
+        }
+        case StmtKind::Generation: collect_names(static_cast<const GenerationStmt&>(*stmt).body, names); break;
+        case StmtKind::Text:
+        case StmtKind::Break:
+        case StmtKind::Continue: break;
+      }
+    }
+  }
+
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+  int depth_ = 0;
+  int loop_depth_ = 0;
+  std::vector<OpenTag> tags_;
+};
+
+// jinja2 rejects unknown filters and tests when compiling, except inside if-branches
+// and conditional expressions ("soft" frames), where they fail only if evaluated.
+// Loops, macros and blocks start fresh frames, which are not soft.
+class NameChecker {
+ public:
+  void check(const Body& body, bool soft) {
+    for (const auto& stmt : body) check(*stmt, soft);
+  }
+
+ private:
+  void check(const Stmt& stmt, bool soft) {
+    switch (stmt.kind) {
+      case StmtKind::Output: check(static_cast<const OutputStmt&>(stmt).expr.get(), soft); break;
+      case StmtKind::If: {
+        const auto& s = static_cast<const IfStmt&>(stmt);
+        for (const auto& [test, branch] : s.branches) {
+          check(test.get(), true);
+          check(branch, true);
+        }
+        check(s.otherwise, true);
+        break;
+      }
+      case StmtKind::For: {
+        const auto& s = static_cast<const ForStmt&>(stmt);
+        check(s.iter.get(), soft);
+        check(s.filter.get(), false);
+        check(s.body, false);
+        check(s.otherwise, false);
+        break;
+      }
+      case StmtKind::Set: check(static_cast<const SetStmt&>(stmt).value.get(), soft); break;
+      case StmtKind::SetBlock: {
+        const auto& s = static_cast<const SetBlockStmt&>(stmt);
+        check(s.filter.get(), false);
+        check(s.body, false);
+        break;
+      }
+      case StmtKind::Macro: check(static_cast<const MacroStmt&>(stmt).def); break;
+      case StmtKind::CallBlock: {
+        const auto& s = static_cast<const CallBlockStmt&>(stmt);
+        check(s.call.get(), soft);
+        check(s.caller);
+        break;
+      }
+      case StmtKind::FilterBlock: {
+        const auto& s = static_cast<const FilterBlockStmt&>(stmt);
+        check(s.filter.get(), false);
+        check(s.body, false);
+        break;
+      }
+      case StmtKind::With: {
+        const auto& s = static_cast<const WithStmt&>(stmt);
+        for (const auto& v : s.values) check(v.get(), soft);
+        check(s.body, false);
+        break;
+      }
+      case StmtKind::Generation: check(static_cast<const GenerationStmt&>(stmt).body, false); break;
+      case StmtKind::Text:
+      case StmtKind::Break:
+      case StmtKind::Continue: break;
+    }
+  }
+
+  void check(const MacroDef& def) {
+    for (const auto& d : def.defaults) check(d.get(), false);
+    check(def.body, false);
+  }
+
+  void check(const Arguments& args, bool soft) {
+    for (const auto& a : args.positional) check(a.get(), soft);
+    for (const auto& [key, a] : args.keyword) check(a.get(), soft);
+    check(args.star.get(), soft);
+    check(args.double_star.get(), soft);
+  }
+
+  void check(const Expr* e, bool soft) {
+    if (!e) return;
+    switch (e->kind) {
+      case ExprKind::Filter: {
+        const auto* f = static_cast<const FilterExpr*>(e);
+        if (!soft && !has_filter(f->name)) throw Error(located(f->line, f->column, str_cat("no filter named '", f->name, "'")));
+        check(f->input.get(), soft);
+        check(f->args, soft);
+        return;
+      }
+      case ExprKind::Test: {
+        const auto* t = static_cast<const TestExpr*>(e);
+        if (!soft && !has_test(t->name)) throw Error(located(t->line, t->column, str_cat("no test named '", t->name, "'")));
+        check(t->input.get(), soft);
+        check(t->args, soft);
+        return;
+      }
+      case ExprKind::CondExpr: {
+        const auto* c = static_cast<const CondExpr*>(e);
+        check(c->test.get(), true);
+        check(c->then.get(), true);
+        check(c->otherwise.get(), true);
+        return;
+      }
+      case ExprKind::List:
+      case ExprKind::Tuple:
+        for (const auto& item : static_cast<const SequenceExpr*>(e)->items) check(item.get(), soft);
+        return;
+      case ExprKind::Dict:
+        for (const auto& [k, v] : static_cast<const DictExpr*>(e)->items) {
+          check(k.get(), soft);
+          check(v.get(), soft);
+        }
+        return;
+      case ExprKind::GetAttr: check(static_cast<const GetAttrExpr*>(e)->object.get(), soft); return;
+      case ExprKind::GetItem: {
+        const auto* g = static_cast<const GetItemExpr*>(e);
+        check(g->object.get(), soft);
+        check(g->index.get(), soft);
+        return;
+      }
+      case ExprKind::Slice: {
+        const auto* s = static_cast<const SliceExpr*>(e);
+        check(s->start.get(), soft);
+        check(s->stop.get(), soft);
+        check(s->step.get(), soft);
+        return;
+      }
+      case ExprKind::Call: {
+        const auto* c = static_cast<const CallExpr*>(e);
+        check(c->callee.get(), soft);
+        check(c->args, soft);
+        return;
+      }
+      case ExprKind::Neg:
+      case ExprKind::Pos:
+      case ExprKind::Not: check(static_cast<const UnaryExpr*>(e)->operand.get(), soft); return;
+      case ExprKind::Binary: {
+        const auto* b = static_cast<const BinaryExpr*>(e);
+        check(b->left.get(), soft);
+        check(b->right.get(), soft);
+        return;
+      }
+      case ExprKind::And:
+      case ExprKind::Or: {
+        const auto* l = static_cast<const LogicalExpr*>(e);
+        check(l->left.get(), soft);
+        check(l->right.get(), soft);
+        return;
+      }
+      case ExprKind::Concat:
+        for (const auto& p : static_cast<const ConcatExpr*>(e)->parts) check(p.get(), soft);
+        return;
+      case ExprKind::Compare: {
+        const auto* c = static_cast<const CompareExpr*>(e);
+        check(c->first.get(), soft);
+        for (const auto& [op, operand] : c->rest) check(operand.get(), soft);
+        return;
+      }
+      case ExprKind::Const:
+      case ExprKind::Name:
+      case ExprKind::NsRef: return;
+    }
+  }
+};
+
+}  // namespace
+
+ast::Body parse_template(std::string_view source) {
+  Parser parser(tokenize(source));
+  ast::Body body = parser.parse();
+  NameChecker().check(body, false);
+  return body;
+}
+
+}  // namespace ernie::jinja

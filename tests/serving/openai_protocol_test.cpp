@@ -1,0 +1,116 @@
+#include "serving/openai_protocol.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace ernie {
+namespace {
+
+using ::testing::HasSubstr;
+
+ApiError error_of(ApiKind kind, const std::string& body) {
+  try {
+    parse_openai_request(kind, body, {});
+  } catch (const ApiException& exception) {
+    return exception.error;
+  }
+  return {0, "(no error)", "", ""};
+}
+
+TEST(OpenAiProtocolTest, ParsesAChatRequestWithExtras) {
+  const OpenAiRequest request = parse_openai_request(ApiKind::kChat, R"({
+    "model": "m", "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+    "temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "max_completion_tokens": 33, "seed": 7,
+    "stop": "END", "stop_token_ids": [2], "frequency_penalty": 0.5, "presence_penalty": -0.5,
+    "repetition_penalty": 1.1, "min_tokens": 2, "stream": true, "stream_options": {"include_usage": true},
+    "logprobs": true, "top_logprobs": 3, "chat_template_kwargs": {"enable_thinking": false},
+    "return_token_ids": true, "max_streaming_response_tokens": 4, "bad_words": ["x", "y"], "request_id": "abc"
+  })", {});
+  EXPECT_EQ(request.model, "m");
+  EXPECT_EQ(request.messages.size(), 2u);
+  EXPECT_EQ(request.messages[0]["role"], "system");
+  EXPECT_FLOAT_EQ(request.params.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(request.params.top_p, 0.9f);
+  EXPECT_EQ(request.params.top_k, 20);
+  EXPECT_EQ(request.max_tokens, 33);
+  EXPECT_EQ(request.params.seed, 7u);
+  EXPECT_EQ(request.params.stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(request.params.stop_token_ids, std::vector<int32_t>{2});
+  EXPECT_EQ(request.params.min_tokens, 2);
+  EXPECT_TRUE(request.stream);
+  EXPECT_TRUE(request.include_usage);
+  EXPECT_TRUE(request.logprobs);
+  EXPECT_EQ(request.params.logprobs, 3);
+  EXPECT_EQ(request.chat_template_kwargs["enable_thinking"], false);
+  EXPECT_TRUE(request.return_token_ids);
+  EXPECT_EQ(request.max_streaming_response_tokens, 4);
+  EXPECT_EQ(request.bad_words.size(), 2u);
+  EXPECT_EQ(request.request_id, "abc");
+}
+
+TEST(OpenAiProtocolTest, DefaultsComeFromTheServer) {
+  RequestDefaults defaults;
+  defaults.temperature = 0.8f;
+  defaults.top_p = 0.8f;
+  const OpenAiRequest request = parse_openai_request(ApiKind::kCompletion, R"({"prompt": "hi"})", defaults);
+  EXPECT_FLOAT_EQ(request.params.temperature, 0.8f);
+  EXPECT_FLOAT_EQ(request.params.top_p, 0.8f);
+  EXPECT_FALSE(request.max_tokens.has_value()) << "settled later from max_model_len";
+  EXPECT_EQ(request.prompt_texts, std::vector<std::string>{"hi"});
+}
+
+TEST(OpenAiProtocolTest, CompletionPromptForms) {
+  EXPECT_EQ(parse_openai_request(ApiKind::kCompletion, R"({"prompt": ["a", "b"]})", {}).prompt_texts.size(), 2u);
+  EXPECT_EQ(parse_openai_request(ApiKind::kCompletion, R"({"prompt": [1, 2, 3]})", {}).prompt_ids,
+            (std::vector<std::vector<int32_t>>{{1, 2, 3}}));
+  EXPECT_EQ(parse_openai_request(ApiKind::kCompletion, R"({"prompt": [[1], [2, 3]]})", {}).prompt_ids.size(), 2u);
+  const OpenAiRequest logprobs = parse_openai_request(ApiKind::kCompletion, R"({"prompt": "x", "logprobs": 5, "echo": true})", {});
+  EXPECT_TRUE(logprobs.logprobs);
+  EXPECT_EQ(logprobs.top_logprobs, 5);
+  EXPECT_TRUE(logprobs.echo);
+}
+
+TEST(OpenAiProtocolTest, ErrorsNameTheField) {
+  EXPECT_EQ(error_of(ApiKind::kChat, "{not json").param, "");
+  EXPECT_THAT(error_of(ApiKind::kChat, "{not json").message, HasSubstr("not valid JSON"));
+  EXPECT_EQ(error_of(ApiKind::kChat, "[1]").status, 400);
+  EXPECT_EQ(error_of(ApiKind::kChat, R"({})").param, "messages");
+  EXPECT_EQ(error_of(ApiKind::kChat, R"({"messages": []})").param, "messages");
+  EXPECT_EQ(error_of(ApiKind::kChat, R"({"messages": [{"content": "x"}]})").param, "messages");
+  EXPECT_EQ(error_of(ApiKind::kChat, R"({"messages": [{"role": "robot", "content": "x"}]})").param, "messages");
+  const std::string ok = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "temperature": "hot"})").param, "temperature");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "max_tokens": 0})").param, "max_tokens");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "top_logprobs": 3})").param, "top_logprobs");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "top_logprobs": 30, "logprobs": true})").param, "top_logprobs");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "stream_options": {"include_usage": true}})").param, "stream_options");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "n": 2})").param, "n");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "seed": -1})").param, "seed");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "stop": ["a","b","c","d","e","f"]})").param, "stop");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "stop_token_ids": [-3]})").param, "stop_token_ids");
+  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": ""})").param, "prompt");
+  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": ["a", [1]]})").param, "prompt");
+  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": {"a": 1}})").param, "prompt");
+}
+
+TEST(OpenAiProtocolTest, ResponsePieces) {
+  const std::string error = error_body({429, "Too many", "rate_limit_error", ""});
+  const auto parsed = nlohmann::json::parse(error);
+  EXPECT_EQ(parsed["error"]["message"], "Too many");
+  EXPECT_EQ(parsed["error"]["code"], 429);
+  EXPECT_TRUE(parsed["error"]["param"].is_null());
+  const ordered_json usage = usage_json({10, 5, 4});
+  EXPECT_EQ(usage["total_tokens"], 15);
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 4);
+  const ordered_json chat = chat_logprobs_json({{"a", -0.5f, {{"a", -0.5f}, {"b", -1.5f}}}});
+  EXPECT_EQ(chat["content"][0]["token"], "a");
+  EXPECT_EQ(chat["content"][0]["bytes"], ordered_json::array({97}));
+  EXPECT_EQ(chat["content"][0]["top_logprobs"].size(), 2u);
+  const ordered_json completion = completion_logprobs_json({{"ab", -1.0f, {}}, {"c", -2.0f, {}}}, 3);
+  EXPECT_EQ(completion["text_offset"], ordered_json::array({3, 5}));
+  // Invalid UTF-8 in a token never breaks the JSON writer.
+  EXPECT_NO_THROW(dump_json(ordered_json{{"t", std::string("\xff")}}));
+}
+
+}  // namespace
+}  // namespace ernie

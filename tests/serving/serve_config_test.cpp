@@ -1,0 +1,91 @@
+#include "serving/serve_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "support/test_support.h"
+#include "util/error.h"
+
+namespace ernie {
+namespace {
+
+using ::testing::HasSubstr;
+
+ServeConfig parse(std::vector<std::string> words) {
+  std::vector<char*> argv = {const_cast<char*>("ernie"), const_cast<char*>("serve")};
+  for (auto& word : words) argv.push_back(word.data());
+  return *parse_serve_args(static_cast<int>(argv.size()), argv.data(), 2);
+}
+
+std::string error_of(std::vector<std::string> words) {
+  try {
+    parse(std::move(words));
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+TEST(ServeConfigTest, TheSeedCommandsParse) {
+  const std::string model = testing::golden_model_dir("tiny-moe");
+  const ServeConfig thinking = parse({"--model", model, "--load_choices", "default_v1", "--tensor-parallel-size", "1",
+                                      "--max-model-len", "131072", "--quantization", "wint8", "--reasoning-parser",
+                                      "ernie_x1", "--tool-call-parser", "ernie_x1", "--max-num-seqs", "32"});
+  EXPECT_EQ(thinking.engine.max_model_len, 131072);
+  EXPECT_EQ(thinking.engine.max_num_seqs, 32);
+  EXPECT_EQ(thinking.reasoning_parser, "ernie_x1");
+  const ServeConfig big = parse({"--model", model, "--tensor-parallel-size", "8", "--quantization", "wint4",
+                                 "--max-model-len", "32768", "--kv-cache-ratio", "0.75", "--max-num-seqs", "128"});
+  EXPECT_DOUBLE_EQ(big.engine.kv_cache_ratio, 0.75);
+  const ServeConfig split = parse({"--model", model, "--port", "8180", "--metrics-port", "8181",
+                                   "--engine-worker-queue-port", "8182", "--cache-queue-port", "8183",
+                                   "--splitwise-role", "prefill", "--swap-space", "20", "--use-cudagraph",
+                                   "--enable-prefix-caching", "--enable-chunked-prefill", "--gpu-memory-utilization", "0.8",
+                                   "--max-num-batched-tokens", "384", "--limit-mm-per-prompt", R"({"image": 100, "video": 100})",
+                                   "--enable-mm", "--speculative-config", R"({"method": "mtp", "num_speculative_tokens": 1})",
+                                   "--num-gpu-blocks-override", "40000", "--innode-prefill-ports", "7013"});
+  EXPECT_EQ(split.port, 8180);
+  EXPECT_EQ(split.metrics_port, 8181);
+  EXPECT_EQ(split.engine.max_num_batched_tokens, 384);
+  EXPECT_EQ(split.engine.num_gpu_blocks_override, 40000);
+  EXPECT_EQ(split.model_name, model);
+}
+
+TEST(ServeConfigTest, BadValuesAndMisspellingsAreRefused) {
+  const std::string model = testing::golden_model_dir("tiny-dense");
+  EXPECT_THAT(error_of({"--model", model, "--max-num-seq", "4"}), HasSubstr("did you mean --max-num-seqs?"));
+  EXPECT_THAT(error_of({"--model", model, "--quantization", "int3"}), HasSubstr("--quantization \"int3\" is not known"));
+  EXPECT_THAT(error_of({"--model", model, "--speculative-config", "{mtp"}), HasSubstr("expects a JSON object"));
+  EXPECT_THAT(error_of({"--model", model, "--reasoning-parser", "qwen3"}), HasSubstr("valid: ernie_x1, ernie-x1, ernie-45-vl"));
+  EXPECT_THAT(error_of({"--model", model, "--splitwise-role", "both"}), HasSubstr("splitwise-role"));
+  EXPECT_THAT(error_of({"--model", model, "--port", "70000"}), HasSubstr("--port must lie in 0..65535"));
+  EXPECT_THAT(error_of({}), HasSubstr("--model is required"));
+  EXPECT_THAT(error_of({"--model", "baidu/ERNIE-4.5-0.3B-PT"}), HasSubstr("local Hugging Face cache"));
+}
+
+TEST(ServeConfigTest, HubNamesResolveInTheLocalCache) {
+  testing::TempDir temp;
+  const std::string snapshot = temp.file("hub/models--baidu--ERNIE-4.5-0.3B-PT/snapshots/abc123");
+  std::filesystem::create_directories(snapshot);
+  std::filesystem::create_directories(temp.file("hub/models--baidu--ERNIE-4.5-0.3B-PT/refs"));
+  testing::write_file(snapshot + "/config.json", "{}");
+  testing::write_file(temp.file("hub/models--baidu--ERNIE-4.5-0.3B-PT/refs/main"), "abc123");
+  setenv("HF_HUB_CACHE", temp.file("hub").c_str(), 1);
+  EXPECT_EQ(resolve_model_path("baidu/ERNIE-4.5-0.3B-PT"), snapshot);
+  unsetenv("HF_HUB_CACHE");
+}
+
+TEST(ServeConfigTest, ApiKeysFromFlagsOrEnvironment) {
+  const std::string model = testing::golden_model_dir("tiny-dense");
+  EXPECT_EQ(parse({"--model", model, "--api-key", "a", "--api-key", "b"}).api_keys, (std::vector<std::string>{"a", "b"}));
+  setenv("FD_API_KEY", "x,y", 1);
+  EXPECT_EQ(parse({"--model", model}).api_keys, (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(parse({"--model", model, "--api-key", "z"}).api_keys, std::vector<std::string>{"z"}) << "the flag wins";
+  unsetenv("FD_API_KEY");
+}
+
+}  // namespace
+}  // namespace ernie

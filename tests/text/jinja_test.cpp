@@ -446,6 +446,30 @@ TEST(JinjaLimits, OutputAndStringSize) {
               HasSubstr("over the limit"));
 }
 
+TEST(JinjaLimits, NamespaceCyclesAndChains) {
+  // A namespace holding itself prints like a recursive Python dict, and is freed.
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}"), "<Namespace {'me': <Namespace {...}>}>");
+  // A long chain of namespaces is dropped mid-render without deep recursion.
+  EXPECT_EQ(render("{% set ns = namespace(x=none) %}{% for i in range(50000) %}{% set ns.x = namespace(y=ns.x) %}"
+                   "{% endfor %}{% set ns.x = 1 %}done"),
+            "done");
+  EXPECT_THAT(render_error("{% set ns = namespace(x=none) %}{% for i in range(3000) %}{% set ns.x = namespace(y=ns.x) %}"
+                           "{% endfor %}{{ ns }}"),
+              HasSubstr("too deeply to print"));
+  Limits limits;
+  limits.max_namespaces = 100;
+  EXPECT_THAT(render_error("{% for i in range(200) %}{% set ns = namespace() %}{% endfor %}", default_context(), limits),
+              HasSubstr("namespace() objects"));
+}
+
+TEST(JinjaLimits, NestingDepthOfValues) {
+  EXPECT_THAT(render_error("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}"),
+              HasSubstr("nested more than 512 levels"));
+  ordered_json deep = ordered_json::array();
+  for (int i = 0; i < 2000; ++i) deep = ordered_json::array({deep});
+  EXPECT_THROW(Template::parse("{{ x }}").render({{"x", deep}}), Error);
+}
+
 TEST(JinjaLimits, IntegersAre64Bit) {
   EXPECT_EQ(render("{{ 2 ** 62 }}"), "4611686018427387904");
   EXPECT_THAT(render_error("{{ 2 ** 64 }}"), HasSubstr("integer overflow"));

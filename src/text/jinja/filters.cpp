@@ -429,6 +429,7 @@ Value f_join(Runtime& runtime, const Value& v, const CallArgs& args) {
     out += to_str(a.has(1) ? lookup_attribute(item, a.get(1), nullptr) : item);
     runtime.check_string(out.size());
   }
+  runtime.charge_bytes(out.size());
   return Value(std::move(out));
 }
 
@@ -716,6 +717,7 @@ Value f_tojson(Runtime& runtime, const Value& v, const CallArgs& args) {
   options.sort_keys = a.get_truthy(3, false);
   std::string out = dump_json(v, options);
   runtime.check_string(out.size());
+  runtime.charge_bytes(out.size());
   return Value(std::move(out));
 }
 

@@ -107,11 +107,6 @@ class Cycler : public Object, public std::enable_shared_from_this<Cycler> {
     }
     return Object::attribute(name);
   }
-  void release() override {
-    items_.assign(1, Value(nullptr));
-    pos_ = 0;
-  }
-
  private:
   std::vector<Value> items_;
   size_t pos_ = 0;
@@ -169,18 +164,15 @@ Value global_value(std::string_view name) {
     return make_function("namespace", [](Runtime& runtime, CallArgs& args) {
       auto ns = std::make_shared<Namespace>();
       ns->attrs() = build_dict("namespace", args);
-      std::shared_ptr<Object> object = ns;
-      runtime.track(object);
-      return Value(std::move(object));
+      runtime.track_namespace(ns);
+      return Value(std::shared_ptr<Object>(std::move(ns)));
     });
   }
   if (name == "cycler") {
-    return make_function("cycler", [](Runtime& runtime, CallArgs& args) {
+    return make_function("cycler", [](Runtime&, CallArgs& args) {
       if (!args.keyword.empty()) fail("cycler() takes no keyword arguments");
       if (args.positional.empty()) fail("at least one item has to be provided");
-      std::shared_ptr<Object> object = std::make_shared<Cycler>(args.positional);
-      runtime.track(object);
-      return Value(std::move(object));
+      return Value(std::shared_ptr<Object>(std::make_shared<Cycler>(args.positional)));
     });
   }
   if (name == "joiner") {

@@ -47,10 +47,14 @@ ScopePtr child(const ScopePtr& parent) { return std::make_shared<Scope>(parent);
 
 class Interpreter;
 
+// A macro sees the scope it was defined in. It holds that scope weakly: the scope
+// holds the macro, and a strong reference back would make every macro defined in a
+// loop body a reference cycle kept until the render ends. A macro that outlives its
+// scope (stored in a namespace from inside a loop) falls back to the template scope.
 class MacroObject : public Object {
  public:
-  MacroObject(Interpreter& interpreter, const MacroDef& def, ScopePtr closure)
-      : interpreter_(interpreter), def_(def), closure_(std::move(closure)) {}
+  MacroObject(Interpreter& interpreter, const MacroDef& def, const ScopePtr& closure)
+      : interpreter_(interpreter), def_(def), closure_(closure) {}
   const char* type_name() const override { return "Macro"; }
   bool callable() const override { return true; }
   Value call(Runtime& runtime, CallArgs& args) override;
@@ -66,12 +70,11 @@ class MacroObject : public Object {
     if (name == "caller") return Value(def_.uses_caller);
     return Object::attribute(name);
   }
-  void release() override { closure_.reset(); }
 
  private:
   Interpreter& interpreter_;
   const MacroDef& def_;
-  ScopePtr closure_;
+  std::weak_ptr<Scope> closure_;
 };
 
 // jinja2's LoopContext: `loop.index`, `loop.last`, `loop.cycle(...)`, and
@@ -84,11 +87,6 @@ class LoopObject : public Object, public std::enable_shared_from_this<LoopObject
   Value call(Runtime& runtime, CallArgs& args) override;
   std::string repr() const override { return str_cat("<LoopContext ", index0 + 1, "/", items.size(), ">"); }
   Value attribute(std::string_view name) const override;
-  void release() override {
-    items.clear();
-    scope.reset();
-    last_changed.reset();
-  }
 
   std::vector<Value> items;
   size_t index0 = 0;
@@ -137,6 +135,7 @@ class Interpreter {
 
   void append(std::string& out, std::string_view text) {
     runtime_.check_string(out.size() + text.size());
+    runtime_.charge_bytes(text.size());
     out.append(text);
   }
 
@@ -177,9 +176,7 @@ class Interpreter {
       case StmtKind::SetBlock: return exec_set_block(static_cast<const SetBlockStmt&>(stmt), scope);
       case StmtKind::Macro: {
         const auto& def = static_cast<const MacroStmt&>(stmt).def;
-        std::shared_ptr<Object> macro = std::make_shared<MacroObject>(*this, def, scope);
-        runtime_.track(macro);
-        scope->set(def.name, Value(std::move(macro)));
+        scope->set(def.name, Value(std::shared_ptr<Object>(std::make_shared<MacroObject>(*this, def, scope))));
         return Flow::Normal;
       }
       case StmtKind::CallBlock: return exec_call_block(static_cast<const CallBlockStmt&>(stmt), scope, out);
@@ -231,7 +228,6 @@ class Interpreter {
       loop->stmt = &s;
       loop->scope = scope;
     }
-    runtime_.track(loop);
     const Value loop_value{std::shared_ptr<Object>(loop)};
     for (size_t i = 0; i < loop->items.size(); ++i) {
       loop->index0 = i;
@@ -265,7 +261,6 @@ class Interpreter {
 
   Flow exec_call_block(const CallBlockStmt& s, const ScopePtr& scope, std::string& out) {
     std::shared_ptr<Object> caller = std::make_shared<MacroObject>(*this, s.caller, scope);
-    runtime_.track(caller);
     const auto& call = static_cast<const CallExpr&>(*s.call);
     const Value callee = eval(*call.callee, scope);
     CallArgs args = eval_args(call.args, scope);
@@ -542,7 +537,9 @@ std::string Interpreter::render_loop(const ForStmt& s, const ScopePtr& scope, st
   return out;
 }
 
-Value MacroObject::call(Runtime& /*runtime*/, CallArgs& args) { return interpreter_.call_macro(def_, closure_, args); }
+Value MacroObject::call(Runtime& /*runtime*/, CallArgs& args) {
+  return interpreter_.call_macro(def_, closure_.lock(), args);
+}
 
 Value LoopObject::attribute(std::string_view name) const {
   const size_t n = items.size();
@@ -588,6 +585,12 @@ std::string render_template(const ast::Body& body, const Value& context, const L
   if (!context.is_dict()) fail("the template context must be a JSON object, got ", type_name(context));
   Runtime runtime(limits);
   Interpreter interpreter(runtime, context.dict_ptr());
+  // Declared after the interpreter, so it runs first: namespaces are emptied while the
+  // interpreter's scopes still hold everything (see Runtime::track_namespace).
+  struct ReleaseNamespaces {
+    Runtime& runtime;
+    ~ReleaseNamespaces() { runtime.release_namespaces(); }
+  } release{runtime};
   return interpreter.run(body);
 }
 

@@ -75,6 +75,7 @@ Value repeat_sequence(Runtime& runtime, const Value& seq, int64_t times) {
     const std::string& s = seq.as_string();
     if (!s.empty() && static_cast<uint64_t>(n) > std::numeric_limits<size_t>::max() / s.size()) overflow();
     runtime.check_string(s.size() * static_cast<size_t>(n));
+    runtime.charge_bytes(s.size() * static_cast<size_t>(n));
     std::string out;
     out.reserve(s.size() * static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) out += s;
@@ -89,6 +90,25 @@ Value repeat_sequence(Runtime& runtime, const Value& seq, int64_t times) {
   return list.is_tuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
 }
 
+// Markup % args escapes the str arguments (markupsafe wraps each in an escaping helper).
+Value escape_one(const Value& v) {
+  return v.is_string() && !v.is_markup() ? Value::markup(pystr::html_escape(v.as_string())) : v;
+}
+
+Value escape_strings(const Value& args) {
+  if (args.is_list() && args.as_list().is_tuple()) {
+    std::vector<Value> items;
+    for (const Value& v : args.as_list().items) items.push_back(escape_one(v));
+    return Value::tuple(std::move(items));
+  }
+  if (args.is_dict()) {
+    auto dict = std::make_shared<Dict>();
+    for (const auto& [k, v] : args.as_dict().entries()) dict->set(k, escape_one(v));
+    return Value(std::move(dict));
+  }
+  return escape_one(args);
+}
+
 Value add(Runtime& runtime, const Value& a, const Value& b) {
   if (a.is_integral() && b.is_integral()) {
     int64_t r = 0;
@@ -98,6 +118,7 @@ Value add(Runtime& runtime, const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) return Value(a.as_double() + b.as_double());
   if (a.is_string() && b.is_string()) {
     runtime.check_string(a.as_string().size() + b.as_string().size());
+    runtime.charge_bytes(a.as_string().size() + b.as_string().size());
     // Markup + str escapes the str (markupsafe), in either order.
     if (a.is_markup() != b.is_markup()) {
       const std::string left = a.is_markup() ? a.as_string() : pystr::html_escape(a.as_string());
@@ -120,8 +141,8 @@ Value add(Runtime& runtime, const Value& a, const Value& b) {
 Value binary_op(Runtime& runtime, ast::BinaryOp op, const Value& a, const Value& b) {
   // str % x formats str(x) even for an undefined x; every other use of undefined raises.
   if (op == ast::BinaryOp::Mod && a.is_string()) {
-    std::string text = percent_format(runtime, a.as_string(), b);
-    return a.is_markup() ? Value::markup(std::move(text)) : Value(std::move(text));
+    if (!a.is_markup()) return Value(percent_format(runtime, a.as_string(), b));
+    return Value::markup(percent_format(runtime, a.as_string(), escape_strings(b)));
   }
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
@@ -240,6 +261,7 @@ std::string concat_strings(Runtime& runtime, const std::vector<Value>& parts) {
     out += to_str(part);
     runtime.check_string(out.size());
   }
+  runtime.charge_bytes(out.size());
   return out;
 }
 

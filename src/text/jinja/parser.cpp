@@ -4,8 +4,8 @@
 #include <set>
 #include <utility>
 
-#include "text/jinja/builtins.h"
 #include "text/jinja/lexer.h"
+#include "text/jinja/parse_checks.h"
 #include "util/error.h"
 
 namespace ernie::jinja {
@@ -136,7 +136,7 @@ class Parser {
         body.push_back(std::move(text));
       } else if (t.type == TokenType::VariableBegin) {
         auto out = at(std::make_unique<OutputStmt>(), next());
-        out->expr = parse_tuple(false, true, {}, false);
+        out->expr = parse_tuple(false, true, false);
         expect(TokenType::VariableEnd, "'}}'");
         body.push_back(std::move(out));
       } else if (t.type == TokenType::BlockBegin) {
@@ -219,9 +219,9 @@ class Parser {
 
   StmtPtr parse_for() {
     auto s = at(std::make_unique<ForStmt>(), next());
-    s->target = parse_assign_target(true, false, {"in"}, false);
+    s->target = parse_assign_target(false);
     expect_name("in");
-    s->iter = parse_tuple(false, false, {"recursive"}, false);
+    s->iter = parse_tuple(false, false, false);
     if (skip_name("if")) s->filter = parse_expression(true);
     s->recursive = skip_name("recursive");
     ++loop_depth_;
@@ -234,7 +234,7 @@ class Parser {
   StmtPtr parse_if() {
     auto s = at(std::make_unique<IfStmt>(), next());
     while (true) {
-      ExprPtr test = parse_tuple(false, false, {}, false);
+      ExprPtr test = parse_tuple(false, false, false);
       Body body = parse_statements({"elif", "else", "endif"}, false);
       s->branches.emplace_back(std::move(test), std::move(body));
       const Token& end = next();
@@ -247,11 +247,11 @@ class Parser {
 
   StmtPtr parse_set() {
     const Token& t = next();
-    ExprPtr target = parse_assign_target(true, false, {}, true);
+    ExprPtr target = parse_assign_target(true);
     if (skip_op("=")) {
       auto s = at(std::make_unique<SetStmt>(), t);
       s->target = std::move(target);
-      s->value = parse_tuple(false, true, {}, false);
+      s->value = parse_tuple(false, true, false);
       return s;
     }
     auto s = at(std::make_unique<SetBlockStmt>(), t);
@@ -289,7 +289,7 @@ class Parser {
     s->def.name = expect_name().text;
     parse_signature(s->def);
     s->def.body = parse_function_body("endmacro");
-    analyze(s->def);
+    analyze_macro(s->def);
     return s;
   }
 
@@ -301,7 +301,7 @@ class Parser {
     s->call = parse_expression(true);
     if (s->call->kind != ExprKind::Call) error(call_token, "expected a macro call after 'call'");
     s->caller.body = parse_function_body("endcall");
-    analyze(s->caller);
+    analyze_macro(s->caller);
     return s;
   }
 
@@ -316,7 +316,7 @@ class Parser {
     auto s = at(std::make_unique<WithStmt>(), next());
     while (cur().type != TokenType::BlockEnd) {
       if (!s->targets.empty()) expect_op(",");
-      s->targets.push_back(parse_assign_target(true, false, {}, false));
+      s->targets.push_back(parse_assign_target(false));
       expect_op("=");
       s->values.push_back(parse_expression(true));
     }
@@ -344,8 +344,8 @@ class Parser {
     return false;
   }
 
-  ExprPtr parse_assign_target(bool with_tuple, bool name_only, const std::vector<std::string_view>& extra_end,
-                              bool with_namespace) {
+  // A name, a tuple of targets ("a, (b, c)"), or with `with_namespace` ns.attr.
+  ExprPtr parse_assign_target(bool with_namespace) {
     const Token& start = cur();
     ExprPtr target;
     if (with_namespace && peek().type == TokenType::Operator && peek().text == ".") {
@@ -354,28 +354,11 @@ class Parser {
       next();  // the dot
       ref->attr = expect_name().text;
       target = std::move(ref);
-    } else if (name_only) {
-      auto name = at(std::make_unique<NameExpr>(), start);
-      name->name = expect_name().text;
-      target = std::move(name);
     } else {
-      target = with_tuple ? parse_tuple(true, true, extra_end, false) : parse_primary();
+      target = parse_tuple(true, true, false);
     }
     if (!can_assign(*target)) error(start, "can't assign to this expression: expected a name or a tuple of names");
     return target;
-  }
-
-  // Records which of `varargs`, `kwargs` and `caller` a macro body reads, which
-  // decides what arguments the macro accepts (as jinja2's compiler does).
-  static void analyze(MacroDef& def) {
-    std::set<std::string, std::less<>> names;
-    collect_names(def.body, names);
-    auto is_param = [&](std::string_view n) {
-      return std::find(def.params.begin(), def.params.end(), n) != def.params.end();
-    };
-    def.catch_varargs = names.count("varargs") > 0;
-    def.catch_kwargs = names.count("kwargs") > 0;
-    def.uses_caller = names.count("caller") > 0 && !is_param("caller");
   }
 
   // --- expressions --------------------------------------------------------------------
@@ -564,7 +547,7 @@ class Parser {
     }
     if (is_op("(")) {
       next();
-      ExprPtr inner = parse_tuple(false, true, {}, true);
+      ExprPtr inner = parse_tuple(false, true, true);
       expect_op(")");
       return inner;
     }
@@ -573,25 +556,24 @@ class Parser {
     error(t, str_cat("unexpected ", describe(t)));
   }
 
-  // jinja2 3.1 also passes "extra end rules" (`in` after a for target) here, but its
-  // check never matches them (Token.test_any receives the rule tuple as one argument),
-  // so `{% for a, in xs %}` is a syntax error there; the rules are ignored here too.
-  bool is_tuple_end(const std::vector<std::string_view>& /*extra_end*/) const {
+  // jinja2 3.1 also passes "extra end rules" (`in` after a for target) to this check,
+  // but never matches them (Token.test_any receives the rule tuple as one argument),
+  // so `{% for a, in xs %}` is a syntax error there; there are no such rules here.
+  bool is_tuple_end() const {
     const Token& t = cur();
     return t.type == TokenType::VariableEnd || t.type == TokenType::BlockEnd || is_op(")");
   }
 
   // Expressions separated by commas make a tuple ("a, b"); one expression alone is
   // itself. `simplified` parses only primaries (assignment targets).
-  ExprPtr parse_tuple(bool simplified, bool with_condexpr, const std::vector<std::string_view>& extra_end,
-                      bool explicit_parentheses) {
+  ExprPtr parse_tuple(bool simplified, bool with_condexpr, bool explicit_parentheses) {
     DepthGuard guard(*this);
     const Token& start = cur();
     std::vector<ExprPtr> items;
     bool is_tuple = false;
     while (true) {
       if (!items.empty()) expect_op(",");
-      if (is_tuple_end(extra_end)) break;
+      if (is_tuple_end()) break;
       items.push_back(simplified ? parse_primary() : parse_expression(with_condexpr));
       if (is_op(",")) {
         is_tuple = true;
@@ -805,164 +787,6 @@ class Parser {
     return negation;
   }
 
-  // --- name collection ------------------------------------------------------------------
-
-  static void collect_args(const Arguments& args, std::set<std::string, std::less<>>& names) {
-    for (const auto& a : args.positional) collect_names(a.get(), names);
-    for (const auto& [key, a] : args.keyword) collect_names(a.get(), names);
-    collect_names(args.star.get(), names);
-    collect_names(args.double_star.get(), names);
-  }
-
-  static void collect_names(const Expr* e, std::set<std::string, std::less<>>& names) {
-    if (!e) return;
-    switch (e->kind) {
-      case ExprKind::Name: names.insert(static_cast<const NameExpr*>(e)->name); return;
-      case ExprKind::List:
-      case ExprKind::Tuple:
-        for (const auto& item : static_cast<const SequenceExpr*>(e)->items) collect_names(item.get(), names);
-        return;
-      case ExprKind::Dict:
-        for (const auto& [k, v] : static_cast<const DictExpr*>(e)->items) {
-          collect_names(k.get(), names);
-          collect_names(v.get(), names);
-        }
-        return;
-      case ExprKind::GetAttr: collect_names(static_cast<const GetAttrExpr*>(e)->object.get(), names); return;
-      case ExprKind::GetItem: {
-        const auto* g = static_cast<const GetItemExpr*>(e);
-        collect_names(g->object.get(), names);
-        collect_names(g->index.get(), names);
-        return;
-      }
-      case ExprKind::Slice: {
-        const auto* s = static_cast<const SliceExpr*>(e);
-        collect_names(s->start.get(), names);
-        collect_names(s->stop.get(), names);
-        collect_names(s->step.get(), names);
-        return;
-      }
-      case ExprKind::Call: {
-        const auto* c = static_cast<const CallExpr*>(e);
-        collect_names(c->callee.get(), names);
-        collect_args(c->args, names);
-        return;
-      }
-      case ExprKind::Filter: {
-        const auto* f = static_cast<const FilterExpr*>(e);
-        collect_names(f->input.get(), names);
-        collect_args(f->args, names);
-        return;
-      }
-      case ExprKind::Test: {
-        const auto* t = static_cast<const TestExpr*>(e);
-        collect_names(t->input.get(), names);
-        collect_args(t->args, names);
-        return;
-      }
-      case ExprKind::Neg:
-      case ExprKind::Pos:
-      case ExprKind::Not: collect_names(static_cast<const UnaryExpr*>(e)->operand.get(), names); return;
-      case ExprKind::Binary: {
-        const auto* b = static_cast<const BinaryExpr*>(e);
-        collect_names(b->left.get(), names);
-        collect_names(b->right.get(), names);
-        return;
-      }
-      case ExprKind::And:
-      case ExprKind::Or: {
-        const auto* l = static_cast<const LogicalExpr*>(e);
-        collect_names(l->left.get(), names);
-        collect_names(l->right.get(), names);
-        return;
-      }
-      case ExprKind::Concat:
-        for (const auto& p : static_cast<const ConcatExpr*>(e)->parts) collect_names(p.get(), names);
-        return;
-      case ExprKind::Compare: {
-        const auto* c = static_cast<const CompareExpr*>(e);
-        collect_names(c->first.get(), names);
-        for (const auto& [op, operand] : c->rest) collect_names(operand.get(), names);
-        return;
-      }
-      case ExprKind::CondExpr: {
-        const auto* c = static_cast<const CondExpr*>(e);
-        collect_names(c->test.get(), names);
-        collect_names(c->then.get(), names);
-        collect_names(c->otherwise.get(), names);
-        return;
-      }
-      case ExprKind::Const:
-      case ExprKind::NsRef: return;
-    }
-  }
-
-  static void collect_names(const Body& body, std::set<std::string, std::less<>>& names) {
-    for (const auto& stmt : body) {
-      switch (stmt->kind) {
-        case StmtKind::Output: collect_names(static_cast<const OutputStmt&>(*stmt).expr.get(), names); break;
-        case StmtKind::If: {
-          const auto& s = static_cast<const IfStmt&>(*stmt);
-          for (const auto& [test, branch] : s.branches) {
-            collect_names(test.get(), names);
-            collect_names(branch, names);
-          }
-          collect_names(s.otherwise, names);
-          break;
-        }
-        case StmtKind::For: {
-          const auto& s = static_cast<const ForStmt&>(*stmt);
-          collect_names(s.iter.get(), names);
-          collect_names(s.filter.get(), names);
-          collect_names(s.body, names);
-          collect_names(s.otherwise, names);
-          break;
-        }
-        case StmtKind::Set: {
-          const auto& s = static_cast<const SetStmt&>(*stmt);
-          collect_names(s.value.get(), names);
-          if (s.target->kind == ExprKind::NsRef) names.insert(static_cast<const NsRefExpr&>(*s.target).name);
-          break;
-        }
-        case StmtKind::SetBlock: {
-          const auto& s = static_cast<const SetBlockStmt&>(*stmt);
-          collect_names(s.filter.get(), names);
-          collect_names(s.body, names);
-          break;
-        }
-        case StmtKind::Macro: {
-          const auto& s = static_cast<const MacroStmt&>(*stmt);
-          for (const auto& d : s.def.defaults) collect_names(d.get(), names);
-          collect_names(s.def.body, names);
-          break;
-        }
-        case StmtKind::CallBlock: {
-          const auto& s = static_cast<const CallBlockStmt&>(*stmt);
-          collect_names(s.call.get(), names);
-          for (const auto& d : s.caller.defaults) collect_names(d.get(), names);
-          collect_names(s.caller.body, names);
-          break;
-        }
-        case StmtKind::FilterBlock: {
-          const auto& s = static_cast<const FilterBlockStmt&>(*stmt);
-          collect_names(s.filter.get(), names);
-          collect_names(s.body, names);
-          break;
-        }
-        case StmtKind::With: {
-          const auto& s = static_cast<const WithStmt&>(*stmt);
-          for (const auto& v : s.values) collect_names(v.get(), names);
-          collect_names(s.body, names);
-          break;
-        }
-        case StmtKind::Generation: collect_names(static_cast<const GenerationStmt&>(*stmt).body, names); break;
-        case StmtKind::Text:
-        case StmtKind::Break:
-        case StmtKind::Continue: break;
-      }
-    }
-  }
-
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int depth_ = 0;
@@ -970,173 +794,12 @@ class Parser {
   std::vector<OpenTag> tags_;
 };
 
-// jinja2 rejects unknown filters and tests when compiling, except inside if-branches
-// and conditional expressions ("soft" frames), where they fail only if evaluated.
-// Loops, macros and blocks start fresh frames, which are not soft.
-class NameChecker {
- public:
-  void check(const Body& body, bool soft) {
-    for (const auto& stmt : body) check(*stmt, soft);
-  }
-
- private:
-  void check(const Stmt& stmt, bool soft) {
-    switch (stmt.kind) {
-      case StmtKind::Output: check(static_cast<const OutputStmt&>(stmt).expr.get(), soft); break;
-      case StmtKind::If: {
-        const auto& s = static_cast<const IfStmt&>(stmt);
-        for (const auto& [test, branch] : s.branches) {
-          check(test.get(), true);
-          check(branch, true);
-        }
-        check(s.otherwise, true);
-        break;
-      }
-      case StmtKind::For: {
-        const auto& s = static_cast<const ForStmt&>(stmt);
-        check(s.iter.get(), soft);
-        check(s.filter.get(), false);
-        check(s.body, false);
-        check(s.otherwise, false);
-        break;
-      }
-      case StmtKind::Set: check(static_cast<const SetStmt&>(stmt).value.get(), soft); break;
-      case StmtKind::SetBlock: {
-        const auto& s = static_cast<const SetBlockStmt&>(stmt);
-        check(s.filter.get(), false);
-        check(s.body, false);
-        break;
-      }
-      case StmtKind::Macro: check(static_cast<const MacroStmt&>(stmt).def); break;
-      case StmtKind::CallBlock: {
-        const auto& s = static_cast<const CallBlockStmt&>(stmt);
-        check(s.call.get(), soft);
-        check(s.caller);
-        break;
-      }
-      case StmtKind::FilterBlock: {
-        const auto& s = static_cast<const FilterBlockStmt&>(stmt);
-        check(s.filter.get(), false);
-        check(s.body, false);
-        break;
-      }
-      case StmtKind::With: {
-        const auto& s = static_cast<const WithStmt&>(stmt);
-        for (const auto& v : s.values) check(v.get(), soft);
-        check(s.body, false);
-        break;
-      }
-      case StmtKind::Generation: check(static_cast<const GenerationStmt&>(stmt).body, false); break;
-      case StmtKind::Text:
-      case StmtKind::Break:
-      case StmtKind::Continue: break;
-    }
-  }
-
-  void check(const MacroDef& def) {
-    for (const auto& d : def.defaults) check(d.get(), false);
-    check(def.body, false);
-  }
-
-  void check(const Arguments& args, bool soft) {
-    for (const auto& a : args.positional) check(a.get(), soft);
-    for (const auto& [key, a] : args.keyword) check(a.get(), soft);
-    check(args.star.get(), soft);
-    check(args.double_star.get(), soft);
-  }
-
-  void check(const Expr* e, bool soft) {
-    if (!e) return;
-    switch (e->kind) {
-      case ExprKind::Filter: {
-        const auto* f = static_cast<const FilterExpr*>(e);
-        if (!soft && !has_filter(f->name)) throw Error(located(f->line, f->column, str_cat("no filter named '", f->name, "'")));
-        check(f->input.get(), soft);
-        check(f->args, soft);
-        return;
-      }
-      case ExprKind::Test: {
-        const auto* t = static_cast<const TestExpr*>(e);
-        if (!soft && !has_test(t->name)) throw Error(located(t->line, t->column, str_cat("no test named '", t->name, "'")));
-        check(t->input.get(), soft);
-        check(t->args, soft);
-        return;
-      }
-      case ExprKind::CondExpr: {
-        const auto* c = static_cast<const CondExpr*>(e);
-        check(c->test.get(), true);
-        check(c->then.get(), true);
-        check(c->otherwise.get(), true);
-        return;
-      }
-      case ExprKind::List:
-      case ExprKind::Tuple:
-        for (const auto& item : static_cast<const SequenceExpr*>(e)->items) check(item.get(), soft);
-        return;
-      case ExprKind::Dict:
-        for (const auto& [k, v] : static_cast<const DictExpr*>(e)->items) {
-          check(k.get(), soft);
-          check(v.get(), soft);
-        }
-        return;
-      case ExprKind::GetAttr: check(static_cast<const GetAttrExpr*>(e)->object.get(), soft); return;
-      case ExprKind::GetItem: {
-        const auto* g = static_cast<const GetItemExpr*>(e);
-        check(g->object.get(), soft);
-        check(g->index.get(), soft);
-        return;
-      }
-      case ExprKind::Slice: {
-        const auto* s = static_cast<const SliceExpr*>(e);
-        check(s->start.get(), soft);
-        check(s->stop.get(), soft);
-        check(s->step.get(), soft);
-        return;
-      }
-      case ExprKind::Call: {
-        const auto* c = static_cast<const CallExpr*>(e);
-        check(c->callee.get(), soft);
-        check(c->args, soft);
-        return;
-      }
-      case ExprKind::Neg:
-      case ExprKind::Pos:
-      case ExprKind::Not: check(static_cast<const UnaryExpr*>(e)->operand.get(), soft); return;
-      case ExprKind::Binary: {
-        const auto* b = static_cast<const BinaryExpr*>(e);
-        check(b->left.get(), soft);
-        check(b->right.get(), soft);
-        return;
-      }
-      case ExprKind::And:
-      case ExprKind::Or: {
-        const auto* l = static_cast<const LogicalExpr*>(e);
-        check(l->left.get(), soft);
-        check(l->right.get(), soft);
-        return;
-      }
-      case ExprKind::Concat:
-        for (const auto& p : static_cast<const ConcatExpr*>(e)->parts) check(p.get(), soft);
-        return;
-      case ExprKind::Compare: {
-        const auto* c = static_cast<const CompareExpr*>(e);
-        check(c->first.get(), soft);
-        for (const auto& [op, operand] : c->rest) check(operand.get(), soft);
-        return;
-      }
-      case ExprKind::Const:
-      case ExprKind::Name:
-      case ExprKind::NsRef: return;
-    }
-  }
-};
-
 }  // namespace
 
 ast::Body parse_template(std::string_view source) {
   Parser parser(tokenize(source));
   ast::Body body = parser.parse();
-  NameChecker().check(body, false);
+  check_filter_and_test_names(body);
   return body;
 }
 

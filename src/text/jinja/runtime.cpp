@@ -4,10 +4,21 @@
 
 namespace ernie::jinja {
 
-Runtime::~Runtime() {
-  for (const auto& weak : tracked_) {
-    if (auto object = weak.lock()) object->release();
+Runtime::~Runtime() { release_namespaces(); }
+
+void Runtime::track_namespace(std::shared_ptr<Object> ns) {
+  if (namespaces_.size() >= limits_.max_namespaces) {
+    fail("template rendering created more than ", limits_.max_namespaces,
+         " namespace() objects; expected a bounded number");
   }
+  namespaces_.push_back(std::move(ns));
+}
+
+void Runtime::release_namespaces() {
+  // Every namespace is still held here while it is emptied, so emptying one never
+  // destroys another; afterwards each is destroyed on its own.
+  for (const auto& ns : namespaces_) ns->release();
+  namespaces_.clear();
 }
 
 void Runtime::step(uint64_t n) {

@@ -21,7 +21,7 @@ Value Value::undefined(std::string message) {
 
 Value Value::markup(std::string text) {
   Value v;
-  v.data_ = StringData{std::move(text), true};
+  v.data_ = StringData{std::make_shared<const std::string>(std::move(text)), true};
   return v;
 }
 

@@ -52,9 +52,9 @@ class Value {
   Value(unsigned long i) : data_(static_cast<int64_t>(i)) {}
   Value(unsigned long long i) : data_(static_cast<int64_t>(i)) {}
   Value(double f) : data_(f) {}
-  Value(std::string s) : data_(StringData{std::move(s), false}) {}
-  Value(std::string_view s) : data_(StringData{std::string(s), false}) {}
-  Value(const char* s) : data_(StringData{std::string(s), false}) {}
+  Value(std::string s) : data_(StringData{std::make_shared<const std::string>(std::move(s)), false}) {}
+  Value(std::string_view s) : Value(std::string(s)) {}
+  Value(const char* s) : Value(std::string(s)) {}
   Value(std::shared_ptr<List> list);
   Value(std::shared_ptr<Dict> dict);
   Value(std::shared_ptr<IteratorState> iterator);
@@ -89,7 +89,7 @@ class Value {
   int64_t as_int() const { return is_bool() ? (as_bool() ? 1 : 0) : std::get<int64_t>(data_); }
   // Any number as a double.
   double as_double() const;
-  const std::string& as_string() const { return std::get<StringData>(data_).text; }
+  const std::string& as_string() const { return *std::get<StringData>(data_).text; }
   List& as_list() const { return *std::get<std::shared_ptr<List>>(data_); }
   const std::shared_ptr<List>& list_ptr() const { return std::get<std::shared_ptr<List>>(data_); }
   Dict& as_dict() const { return *std::get<std::shared_ptr<Dict>>(data_); }
@@ -107,8 +107,10 @@ class Value {
   struct UndefinedData {
     std::shared_ptr<const std::string> message;
   };
+  // Strings are immutable and shared: copying a value (reading a message's content,
+  // repeating a list) never copies the text.
   struct StringData {
-    std::string text;
+    std::shared_ptr<const std::string> text;
     bool markup = false;
   };
   std::variant<UndefinedData, std::nullptr_t, bool, int64_t, double, StringData, std::shared_ptr<List>,

@@ -13,9 +13,10 @@ namespace {
 
 using namespace ast;
 
-// Deeper nesting than this (brackets, unary operators, blocks) is refused rather than
-// risking the C++ stack; real templates nest a handful of levels.
-constexpr int kMaxNesting = 200;
+// Deeper nesting than this (brackets, prefix operators, blocks) is refused rather
+// than risking the C++ stack; real templates nest a handful of levels, and jinja2
+// itself cannot compile much more (Python limits indentation to 100 levels).
+constexpr int kMaxNesting = 100;
 
 std::string describe(const Token& t) {
   switch (t.type) {
@@ -499,9 +500,9 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
-    DepthGuard guard(*this);
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
+      DepthGuard guard(*this);
       const Token& t = next();
       auto unary = at(std::make_unique<UnaryExpr>(t.text == "-" ? ExprKind::Neg : ExprKind::Pos), t);
       unary->operand = parse_unary(false);
@@ -567,7 +568,6 @@ class Parser {
   // Expressions separated by commas make a tuple ("a, b"); one expression alone is
   // itself. `simplified` parses only primaries (assignment targets).
   ExprPtr parse_tuple(bool simplified, bool with_condexpr, bool explicit_parentheses) {
-    DepthGuard guard(*this);
     const Token& start = cur();
     std::vector<ExprPtr> items;
     bool is_tuple = false;

@@ -17,16 +17,16 @@ void OutputStream::push(RequestOutput output) {
 std::optional<RequestOutput> OutputStream::next() {
   std::unique_lock<std::mutex> lock(mutex_);
   ready_.wait(lock, [&] { return !queue_.empty() || final_taken_; });
-  if (queue_.empty()) return std::nullopt;
-  RequestOutput output = std::move(queue_.front());
-  queue_.pop_front();
-  final_taken_ = final_taken_ || output.finished();
-  return output;
+  return take_front();
 }
 
 std::optional<RequestOutput> OutputStream::next_for(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!ready_.wait_for(lock, timeout, [&] { return !queue_.empty() || final_taken_; })) return std::nullopt;
+  return take_front();
+}
+
+std::optional<RequestOutput> OutputStream::take_front() {
   if (queue_.empty()) return std::nullopt;
   RequestOutput output = std::move(queue_.front());
   queue_.pop_front();

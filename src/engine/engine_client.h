@@ -30,6 +30,7 @@ class OutputStream {
  private:
   friend class EngineClient;
   void push(RequestOutput output);
+  std::optional<RequestOutput> take_front();  // with mutex_ held
 
   mutable std::mutex mutex_;
   std::condition_variable ready_;

@@ -434,8 +434,7 @@ void OpenAiService::finalize_params(OpenAiRequest& request, size_t prompt_length
   // Absent: all the room left; larger than the room: clipped (FastDeploy does both).
   request.params.max_tokens = static_cast<int>(std::min<int64_t>(request.max_tokens.value_or(room), room));
   if (request.logprobs && !config_.enable_logprob)
-    invalid_field(request.kind == ApiKind::kChat ? "logprobs" : "logprobs",
-                  "Logprobs is disabled, please enable it in startup config (--enable-logprob).");
+    invalid_field("logprobs", "Logprobs is disabled, please enable it in startup config (--enable-logprob).");
   if (request.logprobs && request.top_logprobs > config_.max_logprobs)
     invalid_field("top_logprobs", "at most --max-logprobs " + std::to_string(config_.max_logprobs) + " top logprobs");
   for (const std::string& word : request.bad_words) {

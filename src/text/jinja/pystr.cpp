@@ -505,8 +505,11 @@ std::string replace(std::string_view s, std::string_view old, std::string_view r
   return out;
 }
 
-int64_t find(std::string_view s, std::string_view sub, std::optional<int64_t> start_in,
-             std::optional<int64_t> end_in) {
+namespace {
+// str.find / str.rfind: the first or last occurrence of `sub` inside s[start:end], in
+// code points, or -1.
+int64_t find_in_window(std::string_view s, std::string_view sub, std::optional<int64_t> start_in,
+                       std::optional<int64_t> end_in, bool from_right) {
   const std::u32string text = decode(s);
   const std::u32string needle = decode(sub);
   int64_t start = 0;
@@ -514,21 +517,19 @@ int64_t find(std::string_view s, std::string_view sub, std::optional<int64_t> st
   adjust_indices(static_cast<int64_t>(text.size()), start_in, end_in, start, end);
   if (start > static_cast<int64_t>(text.size()) || end - start < static_cast<int64_t>(needle.size())) return -1;
   const std::u32string_view window = std::u32string_view(text).substr(start, end - start);
-  const size_t hit = window.find(needle);
+  const size_t hit = from_right ? window.rfind(needle) : window.find(needle);
   return hit == std::u32string_view::npos ? -1 : start + static_cast<int64_t>(hit);
+}
+}  // namespace
+
+int64_t find(std::string_view s, std::string_view sub, std::optional<int64_t> start_in,
+             std::optional<int64_t> end_in) {
+  return find_in_window(s, sub, start_in, end_in, /*from_right=*/false);
 }
 
 int64_t rfind(std::string_view s, std::string_view sub, std::optional<int64_t> start_in,
               std::optional<int64_t> end_in) {
-  const std::u32string text = decode(s);
-  const std::u32string needle = decode(sub);
-  int64_t start = 0;
-  int64_t end = 0;
-  adjust_indices(static_cast<int64_t>(text.size()), start_in, end_in, start, end);
-  if (start > static_cast<int64_t>(text.size()) || end - start < static_cast<int64_t>(needle.size())) return -1;
-  const std::u32string_view window = std::u32string_view(text).substr(start, end - start);
-  const size_t hit = window.rfind(needle);
-  return hit == std::u32string_view::npos ? -1 : start + static_cast<int64_t>(hit);
+  return find_in_window(s, sub, start_in, end_in, /*from_right=*/true);
 }
 
 int64_t count(std::string_view s, std::string_view sub, std::optional<int64_t> start_in,

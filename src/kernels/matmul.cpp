@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "kernels/cpu_features.h"
+#include "kernels/matmul_integer.h"
+#include "util/error.h"
 
 // The vector helpers below are always inlined into functions compiled for one ISA, so
 // the calling-convention note GCC gives for vector arguments never applies.
@@ -112,8 +114,23 @@ constexpr int64_t kPanelRows = 16;
 // Tokens processed against one panel; their activations stay in L2 too.
 constexpr int64_t kTokenChunk = 64;
 
+// FP8 rows: bytes through the e4m3 table times their 128x128 block's scale.
+inline void widen_fp8_rows(const WeightMatrix& w, int64_t first, int64_t count, float* out) {
+  const auto* bytes = static_cast<const uint8_t*>(w.data);
+  const int64_t col_blocks = (w.cols + kFp8Block - 1) / kFp8Block;
+  for (int64_t r = first; r < first + count; ++r) {
+    const float* scales = w.scales + (r / kFp8Block) * col_blocks;
+    for (int64_t k = 0; k < w.cols; ++k)
+      *out++ = e4m3_to_f32(bytes[r * w.cols + k]) * scales[k / kFp8Block];
+  }
+}
+
 template <typename S>
 [[gnu::always_inline]] inline void widen_rows(const WeightMatrix& w, int64_t first, int64_t count, float* out) {
+  if (w.format == WeightFormat::kFp8) {
+    widen_fp8_rows(w, first, count, out);
+    return;
+  }
   const size_t total = static_cast<size_t>(count * w.cols);
   if (w.dtype != DType::kBF16) {
     convert_to_f32(w.dtype, w.row(first), out, total);
@@ -133,7 +150,7 @@ template <typename S>
 [[gnu::always_inline]] inline void matmul_rows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
                                                int64_t row_end, float* y, float* scratch) {
   const int64_t k = w.cols;
-  if (n == 1 && w.dtype == DType::kBF16) {
+  if (n == 1 && w.dense() && w.dtype == DType::kBF16) {
     // Decode: stream the bf16 rows once, widening in registers.
     const float* xs[1] = {x};
     float* ys[1] = {y};
@@ -150,7 +167,7 @@ template <typename S>
     for (int64_t p = row_begin; p < row_end; p += kPanelRows) {
       const int64_t panel = std::min(kPanelRows, row_end - p);
       const float* panel_rows = static_cast<const float*>(w.data) + p * k;
-      if (w.dtype != DType::kF32) {
+      if (!w.dense() || w.dtype != DType::kF32) {
         widen_rows<S>(w, p, panel, scratch);
         panel_rows = scratch;
       }
@@ -209,9 +226,7 @@ RowRangeKernel select_kernel() {
   return matmul_rows_generic;
 }
 
-}  // namespace
-
-void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
+void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
   static const RowRangeKernel kernel = select_kernel();
   // Threads split the output features into panels: each streams a disjoint share of
   // the weights, the largest operand.
@@ -226,13 +241,76 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
   });
 }
 
+bool is_integer(const WeightMatrix& w) { return w.format == WeightFormat::kInt8 || w.format == WeightFormat::kInt4; }
+
+}  // namespace
+
+void MatmulInput::reset(const float* x, int64_t n, int64_t cols) {
+  x_ = x;
+  n_ = n;
+  cols_ = cols;
+  have_int8_ = have_fp8_ = false;
+}
+
+const QuantizedActivations& MatmulInput::int8_blocks(ThreadPool& pool, int32_t group) {
+  if (have_int8_ && int8_.group == group) return int8_;
+  prepare_activations(n_, cols_, group, int8_);
+  pool.parallel_for(static_cast<size_t>(n_), 0, [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t) quantize_activation_token(x_, static_cast<int64_t>(t), int8_);
+  });
+  have_int8_ = true;
+  return int8_;
+}
+
+const float* MatmulInput::fp8_rounded() {
+  if (!have_fp8_) {
+    fp8_.assign(x_, x_ + n_ * cols_);
+    fake_quantize_fp8_activations(fp8_.data(), n_, cols_);
+    have_fp8_ = true;
+  }
+  return fp8_.data();
+}
+
+void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* y) {
+  if (input.cols() != w.cols) fail("matmul: input width ", input.cols(), " does not match the weight's ", w.cols);
+  if (is_integer(w)) {
+    matmul_integer(pool, input.int8_blocks(pool, w.group), w, y);
+  } else if (w.format == WeightFormat::kFp8) {
+    matmul_float(pool, input.fp8_rounded(), input.n(), w, y);
+  } else {
+    matmul_float(pool, input.x(), input.n(), w, y);
+  }
+}
+
+void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
+  if (w.dense()) {
+    matmul_float(pool, x, n, w, y);
+    return;
+  }
+  thread_local MatmulInput input;
+  input.reset(x, n, w.cols);
+  matmul(pool, input, w, y);
+}
+
 void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y) {
-  std::vector<float> row(static_cast<size_t>(w.cols));
+  if (is_integer(w)) {
+    QuantizedActivations quantized;
+    quantize_activations(x, n, w.cols, w.group, quantized);
+    matmul_integer_reference(quantized, w, y);
+    return;
+  }
+  std::vector<float> rounded;
+  if (w.format == WeightFormat::kFp8) {
+    rounded.assign(x, x + n * w.cols);
+    fake_quantize_fp8_activations(rounded.data(), n, w.cols);
+    x = rounded.data();
+  }
+  const std::vector<float> weights = dequantize_weight(w);
   for (int64_t r = 0; r < w.rows; ++r) {
-    convert_to_f32(w.dtype, w.row(r), row.data(), row.size());
+    const float* row = weights.data() + r * w.cols;
     for (int64_t t = 0; t < n; ++t) {
       double sum = 0.0;
-      for (int64_t i = 0; i < w.cols; ++i) sum += static_cast<double>(x[t * w.cols + i]) * row[static_cast<size_t>(i)];
+      for (int64_t i = 0; i < w.cols; ++i) sum += static_cast<double>(x[t * w.cols + i]) * row[i];
       y[t * w.rows + r] = static_cast<float>(sum);
     }
   }

@@ -7,15 +7,41 @@
 
 #include <cstdint>
 
+#include "kernels/quantize.h"
 #include "tensor/weight_matrix.h"
 #include "util/thread_pool.h"
 
 namespace ernie {
 
+// One activation matrix x [n, cols] that feeds one or more matmuls. Quantized weights
+// need it quantized (int8 blocks, or rounded through fp8); that happens at most once
+// per form however many weights read it, into buffers the object keeps, so a caller
+// that keeps a MatmulInput across steps allocates nothing in steady state.
+class MatmulInput {
+ public:
+  void reset(const float* x, int64_t n, int64_t cols);
+  const float* x() const { return x_; }
+  int64_t n() const { return n_; }
+  int64_t cols() const { return cols_; }
+  const QuantizedActivations& int8_blocks(ThreadPool& pool, int32_t group);
+  const float* fp8_rounded();
+
+ private:
+  const float* x_ = nullptr;
+  int64_t n_ = 0, cols_ = 0;
+  bool have_int8_ = false, have_fp8_ = false;
+  QuantizedActivations int8_;
+  std::vector<float> fp8_;
+};
+
+// y[n, w.rows] = x · Wᵀ for any weight format.
+void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* y);
+// The same for a one-off input (its quantization buffers are per thread and reused).
 void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y);
 
 // The same product on one thread, element by element, in double: the reference the
-// tests hold every fast path to.
+// tests hold every fast path to. For quantized weights it uses the dequantized values
+// and the same activation rounding the kernels apply.
 void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y);
 
 // Wraps an fp32 buffer [rows, cols] (e.g. the router) as a WeightMatrix view.

@@ -1,6 +1,8 @@
 // A 2-D weight in the orientation every kernel expects: [rows = out features,
-// cols = in features], row-major, y = x · Wᵀ. It either views checkpoint bytes
-// (zero-copy, torch layout) or owns a re-laid-out copy (Paddle's [in, out]).
+// cols = in features], y = x · Wᵀ. A dense matrix is row-major elements of `dtype`
+// and either views checkpoint bytes (zero-copy, torch layout) or owns a re-laid-out
+// copy (Paddle's [in, out]). A quantized one owns packed bytes and scales laid out
+// for its kernel (src/kernels/quantize.h, docs/quantization.md).
 #pragma once
 
 #include <cstdint>
@@ -11,14 +13,27 @@
 
 namespace ernie {
 
+// How a WeightMatrix stores its values (FastDeploy's --quantization names in brackets).
+enum class WeightFormat : uint8_t {
+  kDense,  // elements of `dtype`, row-major
+  kInt8,   // [wint8] int8, one scale per output row
+  kInt4,   // [wint4] int4, one scale per output row and group of `group` inputs
+  kFp8,    // [block_wise_fp8] FP8 e4m3, one scale per 128x128 block
+};
+
 struct WeightMatrix {
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;  // element type of a kDense matrix
+  WeightFormat format = WeightFormat::kDense;
+  int32_t group = 0;              // inputs per scale (quantized formats)
+  const float* scales = nullptr;  // quantized formats; layout per format
   int64_t rows = 0;  // output features
   int64_t cols = 0;  // input features
   const void* data = nullptr;
   std::shared_ptr<const void> storage;  // set when the matrix owns its bytes
 
   bool empty() const { return data == nullptr; }
+  bool dense() const { return format == WeightFormat::kDense; }
+  // Row access and slicing apply to dense matrices only.
   size_t row_bytes() const { return static_cast<size_t>(cols) * dtype_size(dtype); }
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes(); }
 
@@ -30,7 +45,8 @@ struct WeightMatrix {
     return slice;
   }
 
-  // Converts the whole matrix to fp32 (tests and small weights only).
+  // Converts a dense matrix to fp32 (tests and small weights only); quantized ones
+  // go through dequantize_weight (kernels/quantize.h).
   std::vector<float> to_f32() const {
     std::vector<float> out(static_cast<size_t>(rows * cols));
     convert_to_f32(dtype, data, out.data(), out.size());

@@ -1,0 +1,57 @@
+// Causal attention for a chunk of query tokens of one sequence and the query heads that
+// share one kv head (GQA), computed flash-style: key blocks are visited once per tile of
+// (query token x head) rows with an online softmax, so no n_queries x n_keys score matrix
+// is ever materialised and every K/V row loaded serves the whole tile.
+//
+// Keys and values are reached through per-position row pointers (contiguous or paged cache
+// alike), stored either as fp32 or as int8 with one scale per kv head.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ernie {
+
+// How one cached position's keys (or values) for all kv heads are stored.
+//   kF32:  float[kv_heads * head_dim]
+//   kInt8: int8_t[kv_heads * head_dim], then at the next 4-byte aligned offset float[kv_heads]
+//          scales; element = int8 * scale[head], scale = max|x| / 127 over that head's
+//          head_dim values (an all-zero head has scale 0).
+enum class KvStorage : uint8_t { kF32, kInt8 };
+
+size_t kv_row_bytes(KvStorage storage, int kv_heads, int head_dim);
+// Writes one row from fp32 values [kv_heads * head_dim] in the given storage.
+void store_kv_row(const float* values, int kv_heads, int head_dim, KvStorage storage, void* row);
+// Reads one row back to fp32 (tests, debugging).
+void load_kv_row(const void* row, int kv_heads, int head_dim, KvStorage storage, float* values);
+
+struct AttentionShape {
+  int heads;       // query heads
+  int kv_heads;    // heads must be a multiple of kv_heads
+  int head_dim;    // any value >= 1
+  float scale;     // applied to q·k, usually 1/sqrt(head_dim)
+  KvStorage storage;
+};
+
+// Caller-owned working memory, reused across calls: it only grows, so in steady state the
+// kernel never allocates. One per thread.
+struct AttentionScratch {
+  std::vector<float> storage;
+};
+
+// Causal attention for `num_queries` consecutive query tokens at positions
+// first_position .. first_position + num_queries - 1, for the heads/kv_heads query heads
+// that share kv head `kv_head` (query head h uses kv head h / (heads / kv_heads)).
+// Query token i sees keys 0 .. first_position + i.
+// key_rows[p] / value_rows[p] point at position p's row (format shape.storage) for every
+// p < first_position + num_queries.
+// q: token i's heads start at q + i * q_stride (all `heads` heads, head-major, head_dim
+// each, RoPE applied); out has the same layout with out_stride, and only the group's heads
+// are written. Single-threaded; callers parallelise over sequences, kv heads and query
+// chunks.
+void causal_attention_group(const AttentionShape& shape, const void* const* key_rows, const void* const* value_rows,
+                            int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
+                            float* out, int64_t out_stride, AttentionScratch& scratch);
+
+}  // namespace ernie

@@ -1,0 +1,236 @@
+#include "kernels/matmul_integer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu_features.h"
+#include "kernels/simd_dispatch.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+// GCC 12's _mm512_mask_storeu_ps helpers start from a deliberately undefined vector,
+// which its own flow analysis then reports; the values are never read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace ernie {
+namespace {
+
+constexpr int64_t kLineBytes = 64;
+
+// Everything a tile needs about the weight, resolved once per call.
+struct IntegerWeight {
+  const uint8_t* data;
+  const float* scales;
+  int64_t rows, prows, cols, group, blocks;
+  int64_t panel_bytes;  // bytes of one 16-row panel
+  bool int4;
+  int32_t offset;  // the value stored for zero: 128 (int8) or 8 (int4)
+};
+
+IntegerWeight describe(const WeightMatrix& w) {
+  IntegerWeight iw{};
+  iw.data = static_cast<const uint8_t*>(w.data);
+  iw.scales = w.scales;
+  iw.rows = w.rows;
+  iw.prows = (w.rows + kQuantPanelRows - 1) / kQuantPanelRows * kQuantPanelRows;
+  iw.cols = w.cols;
+  iw.group = w.group;
+  iw.blocks = w.cols / w.group;
+  iw.int4 = w.format == WeightFormat::kInt4;
+  iw.panel_bytes = kQuantPanelRows * w.cols / (iw.int4 ? 2 : 1);
+  iw.offset = iw.int4 ? 8 : 128;
+  return iw;
+}
+
+// Portable path: one token against one panel, accumulating each (row, byte-in-word)
+// lane separately so the inner loop is a plain widening multiply-add the compiler
+// vectorises for whatever ISA the clone targets.
+ERNIE_CLONE_FOR_ISAS
+void panel_token_portable(const IntegerWeight& w, int64_t panel, const int8_t* x, const float* xs, const int32_t* xsum,
+                          float* out, int64_t valid_rows) {
+  const uint8_t* base = w.data + panel * w.panel_bytes;
+  float total[kQuantPanelRows] = {};
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    int32_t lanes[kLineBytes] = {};
+    if (w.int4) {
+      for (int64_t q = b * w.group / 8; q < (b + 1) * w.group / 8; ++q) {
+        const uint8_t* line = base + q * kLineBytes;
+        for (int i = 0; i < kLineBytes; ++i)
+          lanes[i] += (line[i] & 15) * x[8 * q + i % 4] + (line[i] >> 4) * x[8 * q + 4 + i % 4];
+      }
+    } else {
+      for (int64_t q = b * w.group / 4; q < (b + 1) * w.group / 4; ++q) {
+        const uint8_t* line = base + q * kLineBytes;
+        for (int i = 0; i < kLineBytes; ++i) lanes[i] += line[i] * x[4 * q + i % 4];
+      }
+    }
+    const float* scales = w.scales + b * w.prows + panel * kQuantPanelRows;
+    for (int r = 0; r < kQuantPanelRows; ++r) {
+      const int32_t sum = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3] - w.offset * xsum[b];
+      total[r] += static_cast<float>(sum) * (scales[r] * xs[b]);
+    }
+  }
+  std::memcpy(out, total, static_cast<size_t>(valid_rows) * sizeof(float));
+}
+
+void panels_portable(const QuantizedActivations& x, const IntegerWeight& w, int64_t panel_begin, int64_t panel_end,
+                     float* y) {
+  for (int64_t t = 0; t < x.n; ++t)
+    for (int64_t p = panel_begin; p < panel_end; ++p)
+      panel_token_portable(w, p, x.values.data() + t * x.cols, x.scales.data() + t * w.blocks,
+                           x.sums.data() + t * w.blocks, y + t * w.rows + p * kQuantPanelRows,
+                           std::min(kQuantPanelRows, w.rows - p * kQuantPanelRows));
+}
+
+#if defined(__x86_64__)
+#define ERNIE_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma")))
+
+// MR tokens x NR panels (16 rows each): per block, exact int32 sums with vpdpbusd
+// (stored unsigned weights x signed activations), then one float multiply-add per
+// accumulator with the block's weight and activation scales.
+template <int MR, int NR>
+ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0, int64_t p0,
+                                        float* y) {
+  __m512 total[MR][NR];
+  for (int t = 0; t < MR; ++t)
+    for (int j = 0; j < NR; ++j) total[t][j] = _mm512_setzero_ps();
+  const int8_t* xrow[MR];
+  for (int t = 0; t < MR; ++t) xrow[t] = x.values.data() + (t0 + t) * x.cols;
+  const uint8_t* panel[NR];
+  for (int j = 0; j < NR; ++j) panel[j] = w.data + (p0 + j) * w.panel_bytes;
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    __m512i sum[MR][NR];
+    for (int t = 0; t < MR; ++t)
+      for (int j = 0; j < NR; ++j) sum[t][j] = _mm512_setzero_si512();
+    if (w.int4) {
+      for (int64_t q = b * w.group / 8; q < (b + 1) * w.group / 8; ++q) {
+        __m512i lo[NR], hi[NR];
+        for (int j = 0; j < NR; ++j) {
+          const __m512i line = _mm512_loadu_si512(panel[j] + q * kLineBytes);
+          lo[j] = _mm512_and_si512(line, low_nibbles);
+          hi[j] = _mm512_and_si512(_mm512_srli_epi16(line, 4), low_nibbles);
+        }
+        for (int t = 0; t < MR; ++t) {
+          int32_t first, second;
+          std::memcpy(&first, xrow[t] + 8 * q, 4);
+          std::memcpy(&second, xrow[t] + 8 * q + 4, 4);
+          const __m512i xa = _mm512_set1_epi32(first), xb = _mm512_set1_epi32(second);
+          for (int j = 0; j < NR; ++j) {
+            sum[t][j] = _mm512_dpbusd_epi32(sum[t][j], lo[j], xa);
+            sum[t][j] = _mm512_dpbusd_epi32(sum[t][j], hi[j], xb);
+          }
+        }
+      }
+    } else {
+      for (int64_t q = b * w.group / 4; q < (b + 1) * w.group / 4; ++q) {
+        __m512i line[NR];
+        for (int j = 0; j < NR; ++j) line[j] = _mm512_loadu_si512(panel[j] + q * kLineBytes);
+        for (int t = 0; t < MR; ++t) {
+          int32_t four;
+          std::memcpy(&four, xrow[t] + 4 * q, 4);
+          const __m512i xv = _mm512_set1_epi32(four);
+          for (int j = 0; j < NR; ++j) sum[t][j] = _mm512_dpbusd_epi32(sum[t][j], line[j], xv);
+        }
+      }
+    }
+    __m512 wscale[NR];
+    for (int j = 0; j < NR; ++j) wscale[j] = _mm512_loadu_ps(w.scales + b * w.prows + (p0 + j) * kQuantPanelRows);
+    for (int t = 0; t < MR; ++t) {
+      const int64_t at = (t0 + t) * w.blocks + b;
+      const __m512 xscale = _mm512_set1_ps(x.scales[static_cast<size_t>(at)]);
+      const __m512i correction = _mm512_set1_epi32(w.offset * x.sums[static_cast<size_t>(at)]);
+      for (int j = 0; j < NR; ++j) {
+        const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[t][j], correction));
+        total[t][j] = _mm512_fmadd_ps(exact, _mm512_mul_ps(wscale[j], xscale), total[t][j]);
+      }
+    }
+  }
+  for (int j = 0; j < NR; ++j) {
+    const int64_t first_row = (p0 + j) * kQuantPanelRows;
+    const int64_t valid = std::min(kQuantPanelRows, w.rows - first_row);
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+    for (int t = 0; t < MR; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * w.rows + first_row, mask, total[t][j]);
+  }
+}
+
+template <int MR>
+ERNIE_VNNI_TARGET inline void vnni_tile_panels(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0,
+                                               int64_t p0, int nr, float* y) {
+  switch (nr) {
+    case 4: vnni_tile<MR, 4>(x, w, t0, p0, y); break;
+    case 3: vnni_tile<MR, 3>(x, w, t0, p0, y); break;
+    case 2: vnni_tile<MR, 2>(x, w, t0, p0, y); break;
+    default: vnni_tile<MR, 1>(x, w, t0, p0, y); break;
+  }
+}
+
+// Tokens in chunks whose activations stay in L2 while the panels stream past them.
+ERNIE_VNNI_TARGET void panels_vnni(const QuantizedActivations& x, const IntegerWeight& w, int64_t panel_begin,
+                                   int64_t panel_end, float* y) {
+  const int64_t chunk = std::clamp<int64_t>((256 * 1024 / x.cols) / 4 * 4, 4, 256);
+  // Few tokens: four panels at a time keep more loads in flight; many tokens: 4 x 3
+  // tiles use 24 of the 32 vector registers for accumulators.
+  const int max_nr = x.n < 4 ? 4 : 3;
+  for (int64_t c0 = 0; c0 < x.n; c0 += chunk) {
+    const int64_t c1 = std::min(x.n, c0 + chunk);
+    for (int64_t p = panel_begin; p < panel_end; p += max_nr) {
+      const int nr = static_cast<int>(std::min<int64_t>(max_nr, panel_end - p));
+      int64_t t = c0;
+      for (; t + 4 <= c1; t += 4) vnni_tile_panels<4>(x, w, t, p, nr, y);
+      switch (c1 - t) {
+        case 3: vnni_tile_panels<3>(x, w, t, p, nr, y); break;
+        case 2: vnni_tile_panels<2>(x, w, t, p, nr, y); break;
+        case 1: vnni_tile_panels<1>(x, w, t, p, nr, y); break;
+        default: break;
+      }
+    }
+  }
+}
+#endif
+
+using PanelKernel = void (*)(const QuantizedActivations&, const IntegerWeight&, int64_t, int64_t, float*);
+
+PanelKernel select_kernel() {
+#if defined(__x86_64__)
+  if (active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_vnni) return panels_vnni;
+#endif
+  return panels_portable;
+}
+
+}  // namespace
+
+void matmul_integer(ThreadPool& pool, const QuantizedActivations& x, const WeightMatrix& w, float* y) {
+  static const PanelKernel kernel = select_kernel();
+  const IntegerWeight iw = describe(w);
+  const int64_t panels = iw.prows / kQuantPanelRows;
+  // Work is split in units of 4 panels so every thread streams its own share of the
+  // weights, with a few units per thread to even out the tail.
+  constexpr int64_t kUnit = 12;
+  const int64_t units = (panels + kUnit - 1) / kUnit;
+  pool.parallel_for(static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
+    kernel(x, iw, static_cast<int64_t>(begin) * kUnit, std::min(panels, static_cast<int64_t>(end) * kUnit), y);
+  });
+}
+
+void matmul_integer_reference(const QuantizedActivations& x, const WeightMatrix& w, float* y) {
+  const std::vector<float> weights = dequantize_weight(w);
+  const int64_t blocks = w.cols / w.group;
+  for (int64_t t = 0; t < x.n; ++t) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      double total = 0.0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        double block = 0.0;
+        for (int64_t k = b * w.group; k < (b + 1) * w.group; ++k)
+          block += static_cast<double>(x.values[static_cast<size_t>(t * x.cols + k)]) *
+                   weights[static_cast<size_t>(r * w.cols + k)];
+        total += block * x.scales[static_cast<size_t>(t * blocks + b)];
+      }
+      y[t * w.rows + r] = static_cast<float>(total);
+    }
+  }
+}
+
+}  // namespace ernie

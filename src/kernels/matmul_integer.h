@@ -1,0 +1,17 @@
+// Products of int8-quantized activations with kInt8 / kInt4 weights (layouts in
+// kernels/quantize.h): y[t][r] = Σ_b xs[t][b] · ws[b][r] · Σ_{k in b} x8[t][k] · w[r][k].
+// The integer sums are exact, so the VNNI path, the portable path and the reference
+// agree up to the float rounding of the per-block epilogue.
+#pragma once
+
+#include "kernels/quantize.h"
+#include "util/thread_pool.h"
+
+namespace ernie {
+
+void matmul_integer(ThreadPool& pool, const QuantizedActivations& x, const WeightMatrix& w, float* y);
+
+// The same sum in double on one thread, from dequantize_weight: the tests' oracle.
+void matmul_integer_reference(const QuantizedActivations& x, const WeightMatrix& w, float* y);
+
+}  // namespace ernie

@@ -1,0 +1,348 @@
+#include "kernels/quantize.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "kernels/simd_dispatch.h"
+#include "util/error.h"
+
+namespace ernie {
+namespace {
+
+int64_t padded_rows(int64_t rows) { return (rows + kQuantPanelRows - 1) / kQuantPanelRows * kQuantPanelRows; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// One 64-byte aligned allocation holding packed values then scales.
+struct OwnedBytes {
+  std::shared_ptr<uint8_t> bytes;
+  uint8_t* data = nullptr;
+  float* scales = nullptr;
+};
+
+OwnedBytes allocate(size_t value_bytes, size_t num_scales) {
+  const size_t value_space = (value_bytes + 63) / 64 * 64;
+  const size_t total = value_space + num_scales * sizeof(float);
+  auto* raw = static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64));
+  if (raw == nullptr) fail("out of memory quantizing a weight of ", total, " bytes");
+  std::memset(raw, 0, total);
+  OwnedBytes owned;
+  owned.bytes = std::shared_ptr<uint8_t>(raw, [](uint8_t* p) { std::free(p); });
+  owned.data = raw;
+  owned.scales = reinterpret_cast<float*>(raw + value_space);
+  return owned;
+}
+
+std::array<float, 256> make_e4m3_table() {
+  std::array<float, 256> table{};
+  for (int bits = 0; bits < 256; ++bits) {
+    const int exponent = (bits >> 3) & 0xf, mantissa = bits & 7;
+    float magnitude = exponent == 0 ? std::ldexp(static_cast<float>(mantissa), -9)
+                                    : std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+    if ((bits & 0x7f) == 0x7f) magnitude = std::nanf("");  // e4m3fn's only NaN
+    table[static_cast<size_t>(bits)] = (bits & 0x80) ? -magnitude : magnitude;
+  }
+  return table;
+}
+
+const std::array<float, 256>& e4m3_table() {
+  static const std::array<float, 256> table = make_e4m3_table();
+  return table;
+}
+
+// Rows of `dense` converted to fp32, one at a time.
+class RowReader {
+ public:
+  explicit RowReader(const WeightMatrix& dense) : dense_(dense), row_(static_cast<size_t>(dense.cols)) {}
+  const float* operator()(int64_t r) {
+    convert_to_f32(dense_.dtype, dense_.row(r), row_.data(), row_.size());
+    return row_.data();
+  }
+
+ private:
+  const WeightMatrix& dense_;
+  std::vector<float> row_;
+};
+
+float max_abs(const float* values, int64_t count) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < count; ++i) m = std::max(m, std::fabs(values[i]));
+  return m;
+}
+
+int8_t round_clamp(float value, float lo, float hi) {
+  return static_cast<int8_t>(std::clamp(std::nearbyint(value), lo, hi));
+}
+
+WeightMatrix quantize_int8(const WeightMatrix& dense, int32_t group) {
+  const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
+  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols), static_cast<size_t>(blocks * prows));
+  // Padding rows hold the stored zero (128) so they add nothing.
+  std::memset(owned.data, 128, static_cast<size_t>(prows * cols));
+  RowReader read(dense);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* w = read(r);
+    const float scale = max_abs(w, cols) / 127.0f;
+    const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+    uint8_t* panel = owned.data + (r / kQuantPanelRows) * kQuantPanelRows * cols;
+    const int64_t lane = r % kQuantPanelRows;
+    for (int64_t k = 0; k < cols; ++k)
+      panel[(k / 4) * 64 + lane * 4 + k % 4] = static_cast<uint8_t>(round_clamp(w[k] * inverse, -127, 127) + 128);
+    for (int64_t b = 0; b < blocks; ++b) owned.scales[b * prows + r] = scale;
+  }
+  WeightMatrix out;
+  out.format = WeightFormat::kInt8;
+  out.dtype = dense.dtype;
+  out.group = group;
+  out.rows = rows;
+  out.cols = cols;
+  out.data = owned.data;
+  out.scales = owned.scales;
+  out.storage = owned.bytes;
+  return out;
+}
+
+WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
+  const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
+  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols / 2), static_cast<size_t>(blocks * prows));
+  std::memset(owned.data, 0x88, static_cast<size_t>(prows * cols / 2));  // stored zeros
+  RowReader read(dense);
+  std::vector<uint8_t> codes(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* w = read(r);
+    for (int64_t b = 0; b < blocks; ++b) {
+      // The value of largest magnitude maps exactly to -8, so the range [-8, 7] is used
+      // fully on that side (the sign of the scale follows it).
+      float extreme = 0.0f;
+      for (int64_t k = b * group; k < (b + 1) * group; ++k)
+        if (std::fabs(w[k]) > std::fabs(extreme)) extreme = w[k];
+      const float scale = extreme / -8.0f;
+      const float inverse = scale != 0 ? 1.0f / scale : 0.0f;
+      for (int64_t k = b * group; k < (b + 1) * group; ++k)
+        codes[static_cast<size_t>(k)] = static_cast<uint8_t>(round_clamp(w[k] * inverse, -8, 7) + 8);
+      owned.scales[b * prows + r] = scale;
+    }
+    uint8_t* panel = owned.data + (r / kQuantPanelRows) * kQuantPanelRows * cols / 2;
+    const int64_t lane = r % kQuantPanelRows;
+    for (int64_t q = 0; q < cols / 8; ++q)
+      for (int64_t j = 0; j < 4; ++j)
+        panel[q * 64 + lane * 4 + j] = static_cast<uint8_t>(codes[static_cast<size_t>(8 * q + j)] |
+                                                            (codes[static_cast<size_t>(8 * q + 4 + j)] << 4));
+  }
+  WeightMatrix out;
+  out.format = WeightFormat::kInt4;
+  out.dtype = dense.dtype;
+  out.group = group;
+  out.rows = rows;
+  out.cols = cols;
+  out.data = owned.data;
+  out.scales = owned.scales;
+  out.storage = owned.bytes;
+  return out;
+}
+
+WeightMatrix quantize_fp8(const WeightMatrix& dense) {
+  const int64_t rows = dense.rows, cols = dense.cols;
+  const int64_t row_blocks = ceil_div(rows, kFp8Block), col_blocks = ceil_div(cols, kFp8Block);
+  OwnedBytes owned = allocate(static_cast<size_t>(rows * cols), static_cast<size_t>(row_blocks * col_blocks));
+  std::vector<float> block_rows(static_cast<size_t>(kFp8Block * cols));
+  for (int64_t rb = 0; rb < row_blocks; ++rb) {
+    const int64_t first = rb * kFp8Block, count = std::min(kFp8Block, rows - first);
+    convert_to_f32(dense.dtype, dense.row(first), block_rows.data(), static_cast<size_t>(count * cols));
+    for (int64_t cb = 0; cb < col_blocks; ++cb) {
+      const int64_t k0 = cb * kFp8Block, width = std::min(kFp8Block, cols - k0);
+      float m = 0.0f;
+      for (int64_t r = 0; r < count; ++r) m = std::max(m, max_abs(block_rows.data() + r * cols + k0, width));
+      const float scale = m / 448.0f;
+      const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+      owned.scales[rb * col_blocks + cb] = scale;
+      for (int64_t r = 0; r < count; ++r)
+        for (int64_t k = k0; k < k0 + width; ++k)
+          owned.data[(first + r) * cols + k] = f32_to_e4m3(block_rows[static_cast<size_t>(r * cols + k)] * inverse);
+    }
+  }
+  WeightMatrix out;
+  out.format = WeightFormat::kFp8;
+  out.dtype = dense.dtype;
+  out.group = static_cast<int32_t>(kFp8Block);
+  out.rows = rows;
+  out.cols = cols;
+  out.data = owned.data;
+  out.scales = owned.scales;
+  out.storage = owned.bytes;
+  return out;
+}
+
+}  // namespace
+
+std::optional<WeightFormat> parse_weight_format(std::string_view name) {
+  if (name == "wint8") return WeightFormat::kInt8;
+  if (name == "wint4") return WeightFormat::kInt4;
+  if (name == "block_wise_fp8") return WeightFormat::kFp8;
+  if (name == "bf16" || name == "none" || name.empty()) return WeightFormat::kDense;
+  return std::nullopt;
+}
+
+const char* weight_format_name(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kDense: return "bf16";
+    case WeightFormat::kInt8: return "wint8";
+    case WeightFormat::kInt4: return "wint4";
+    case WeightFormat::kFp8: return "block_wise_fp8";
+  }
+  return "?";
+}
+
+int32_t integer_group_size(int64_t cols) {
+  for (int32_t group : {128, 64, 32})
+    if (cols % group == 0) return group;
+  return 0;
+}
+
+bool can_quantize(const WeightMatrix& dense, WeightFormat format) {
+  if (!dense.dense()) return false;
+  if (format == WeightFormat::kInt8 || format == WeightFormat::kInt4) return integer_group_size(dense.cols) > 0;
+  return true;
+}
+
+WeightMatrix quantize_weight(const WeightMatrix& dense, WeightFormat format) {
+  if (!can_quantize(dense, format))
+    fail("cannot store a ", dense.rows, "x", dense.cols, " weight as ", weight_format_name(format),
+         dense.dense() ? ": its input width must be a multiple of 32" : ": it is already quantized");
+  switch (format) {
+    case WeightFormat::kDense: return dense;
+    case WeightFormat::kInt8: return quantize_int8(dense, integer_group_size(dense.cols));
+    case WeightFormat::kInt4: return quantize_int4(dense, integer_group_size(dense.cols));
+    case WeightFormat::kFp8: return quantize_fp8(dense);
+  }
+  return dense;
+}
+
+std::vector<float> dequantize_weight(const WeightMatrix& m) {
+  if (m.dense()) return m.to_f32();
+  const int64_t rows = m.rows, cols = m.cols, prows = padded_rows(rows);
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  const auto* bytes = static_cast<const uint8_t*>(m.data);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t lane = r % kQuantPanelRows;
+    for (int64_t k = 0; k < cols; ++k) {
+      float value = 0.0f;
+      if (m.format == WeightFormat::kInt8) {
+        const uint8_t* panel = bytes + (r / kQuantPanelRows) * kQuantPanelRows * cols;
+        value = static_cast<float>(static_cast<int>(panel[(k / 4) * 64 + lane * 4 + k % 4]) - 128) *
+                m.scales[(k / m.group) * prows + r];
+      } else if (m.format == WeightFormat::kInt4) {
+        const uint8_t* panel = bytes + (r / kQuantPanelRows) * kQuantPanelRows * cols / 2;
+        const uint8_t byte = panel[(k / 8) * 64 + lane * 4 + k % 4];
+        const int code = (k % 8) < 4 ? (byte & 0xf) : (byte >> 4);
+        value = static_cast<float>(code - 8) * m.scales[(k / m.group) * prows + r];
+      } else {
+        const int64_t col_blocks = ceil_div(cols, kFp8Block);
+        value = e4m3_to_f32(bytes[r * cols + k]) * m.scales[(r / kFp8Block) * col_blocks + k / kFp8Block];
+      }
+      out[static_cast<size_t>(r * cols + k)] = value;
+    }
+  }
+  return out;
+}
+
+uint64_t weight_bytes(const WeightMatrix& m) {
+  const auto elements = static_cast<uint64_t>(m.rows * m.cols);
+  switch (m.format) {
+    case WeightFormat::kDense: return elements * dtype_size(m.dtype);
+    case WeightFormat::kInt8: return elements + static_cast<uint64_t>(m.cols / m.group * m.rows) * 4;
+    case WeightFormat::kInt4: return elements / 2 + static_cast<uint64_t>(m.cols / m.group * m.rows) * 4;
+    case WeightFormat::kFp8:
+      return elements + static_cast<uint64_t>(ceil_div(m.rows, kFp8Block) * ceil_div(m.cols, kFp8Block)) * 4;
+  }
+  return elements;
+}
+
+uint8_t f32_to_e4m3(float value) {
+  if (std::isnan(value)) return 0x7f;
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
+  const float a = std::min(std::fabs(value), 448.0f);  // saturate, as the scaled inputs never exceed it
+  if (a < std::ldexp(1.0f, -6)) {
+    // Subnormal: multiples of 2^-9, round to nearest even (8 becomes the smallest normal).
+    const auto steps = static_cast<uint8_t>(std::nearbyint(std::ldexp(a, 9)));
+    return static_cast<uint8_t>(sign | steps);
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &a, sizeof bits);
+  // Keep 3 mantissa bits with round-to-nearest-even on the fp32 bit pattern; a carry
+  // into the exponent is the correct rounding.
+  bits += 0x7ffffu + ((bits >> 20) & 1u);
+  const int exponent = static_cast<int>(bits >> 23) - 127 + 7;
+  const uint32_t mantissa = (bits >> 20) & 7u;
+  if (exponent > 15 || (exponent == 15 && mantissa == 7)) return static_cast<uint8_t>(sign | 0x7e);  // 448
+  return static_cast<uint8_t>(sign | (exponent << 3) | mantissa);
+}
+
+float e4m3_to_f32(uint8_t bits) { return e4m3_table()[bits]; }
+
+ERNIE_CLONE_FOR_ISAS
+void quantize_activation_row(const float* x, int64_t cols, int32_t group, int8_t* values, float* scales,
+                             int32_t* sums) {
+  for (int64_t b = 0; b < cols / group; ++b) {
+    const float* in = x + b * group;
+    int8_t* q = values + b * group;
+    // Sixteen running maxima and plain selects vectorise on every ISA (group % 32 == 0).
+    float lanes[16] = {};
+    for (int64_t k = 0; k < group; k += 16)
+      for (int l = 0; l < 16; ++l) {
+        const float a = std::fabs(in[k + l]);
+        lanes[l] = lanes[l] < a ? a : lanes[l];
+      }
+    float m = 0.0f;
+    for (float lane : lanes) m = std::max(m, lane);
+    const float scale = m / 127.0f;
+    const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < group; ++k) {
+      const float rounded = std::nearbyint(in[k] * inverse);
+      q[k] = static_cast<int8_t>(rounded > 127.0f ? 127.0f : rounded < -127.0f ? -127.0f : rounded);
+      sum += q[k];
+    }
+    scales[b] = scale;
+    sums[b] = sum;
+  }
+}
+
+void quantize_activations(const float* x, int64_t n, int64_t cols, int32_t group, QuantizedActivations& out) {
+  prepare_activations(n, cols, group, out);
+  for (int64_t t = 0; t < n; ++t) quantize_activation_token(x, t, out);
+}
+
+void prepare_activations(int64_t n, int64_t cols, int32_t group, QuantizedActivations& out) {
+  const int64_t blocks = cols / group;
+  out.n = n;
+  out.cols = cols;
+  out.group = group;
+  out.values.resize(static_cast<size_t>(n * cols));
+  out.scales.resize(static_cast<size_t>(n * blocks));
+  out.sums.resize(static_cast<size_t>(n * blocks));
+}
+
+void quantize_activation_token(const float* x, int64_t t, QuantizedActivations& out) {
+  const int64_t blocks = out.cols / out.group;
+  quantize_activation_row(x + t * out.cols, out.cols, out.group, out.values.data() + t * out.cols,
+                          out.scales.data() + t * blocks, out.sums.data() + t * blocks);
+}
+
+void fake_quantize_fp8_activations(float* x, int64_t n, int64_t cols) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t k0 = 0; k0 < cols; k0 += kFp8Block) {
+      float* block = x + t * cols + k0;
+      const int64_t width = std::min(kFp8Block, cols - k0);
+      const float scale = max_abs(block, width) / 448.0f;
+      if (scale == 0) continue;
+      const float inverse = 1.0f / scale;
+      for (int64_t k = 0; k < width; ++k) block[k] = e4m3_to_f32(f32_to_e4m3(block[k] * inverse)) * scale;
+    }
+  }
+}
+
+}  // namespace ernie

@@ -1,0 +1,78 @@
+// Weight quantization at load time (FastDeploy's wint8, wint4, block_wise_fp8) and the
+// matching activation quantization done on the fly by the kernels.
+//
+// Integer formats (kInt8, kInt4) are laid out for 4-byte integer dot products
+// (AVX-512 VNNI vpdpbusd, or its portable equivalent): output rows are grouped into
+// panels of kQuantPanelRows, and within a panel each 64-byte line holds, for 4 consecutive
+// inputs (int8) or 2 x 4 (int4, low and high nibble), the values of all 16 rows:
+//   int8 line q of panel p: byte 4r + j = w[16p + r][4q + j] + 128           (u8)
+//   int4 line q of panel p: byte 4r + j = (w[16p+r][8q+j] + 8) | (w[16p+r][8q+4+j] + 8) << 4
+// Values are stored with an offset so they are unsigned; the kernels remove the offset
+// with the activations' block sums. Scales are float [cols / group][padded rows].
+// Activations are quantized per token and per block of `group` inputs to int8 with
+// scale max|x| / 127, so every integer sum is exact and every ISA path computes the
+// same numbers up to the final float rounding.
+//
+// kFp8: row-major e4m3 bytes (max 448) with one float scale per 128 x 128 block,
+// scales [ceil(rows/128)][ceil(cols/128)]; activations are rounded through e4m3 with
+// one scale per token and 128 inputs, as FastDeploy's block_wise_fp8 does on GPUs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "tensor/weight_matrix.h"
+
+namespace ernie {
+
+constexpr int64_t kQuantPanelRows = 16;
+constexpr int64_t kFp8Block = 128;
+
+// Parses "wint8", "wint4", "block_wise_fp8" (and "bf16"/"none" as kDense); nullopt otherwise.
+std::optional<WeightFormat> parse_weight_format(std::string_view name);
+const char* weight_format_name(WeightFormat format);
+
+// The group size an integer format uses for a matrix with `cols` inputs: 128, or 64/32
+// when cols is not a multiple of 128; 0 when cols is not a multiple of 32 (the matrix
+// then cannot use the integer formats and stays dense).
+int32_t integer_group_size(int64_t cols);
+
+// Whether `dense` can be stored in `format` (integer formats need integer_group_size > 0).
+bool can_quantize(const WeightMatrix& dense, WeightFormat format);
+
+// Quantizes a dense matrix (any dtype) into `format`, owning the result.
+// Throws ernie::Error when can_quantize is false.
+WeightMatrix quantize_weight(const WeightMatrix& dense, WeightFormat format);
+
+// The values a quantized (or dense) matrix represents, as fp32 [rows, cols].
+std::vector<float> dequantize_weight(const WeightMatrix& matrix);
+
+// Bytes of weight data a matmul streams for this matrix (packed values and scales).
+uint64_t weight_bytes(const WeightMatrix& matrix);
+
+// FP8 e4m3 ("fn": no infinities, max 448) conversions, round to nearest even.
+uint8_t f32_to_e4m3(float value);
+float e4m3_to_f32(uint8_t bits);
+
+// Activations of n tokens quantized for the integer kernels.
+struct QuantizedActivations {
+  int64_t n = 0, cols = 0;
+  int32_t group = 0;
+  std::vector<int8_t> values;  // [n][cols]
+  std::vector<float> scales;   // [n][cols / group]
+  std::vector<int32_t> sums;   // [n][cols / group], sum of the int8 values of each block
+};
+
+// Fills `out` (reusing its capacity) from fp32 x [n, cols].
+void quantize_activations(const float* x, int64_t n, int64_t cols, int32_t group, QuantizedActivations& out);
+// The same in two steps, so tokens can be quantized in parallel: size `out`, then fill
+// token t from x [n, cols].
+void prepare_activations(int64_t n, int64_t cols, int32_t group, QuantizedActivations& out);
+void quantize_activation_token(const float* x, int64_t t, QuantizedActivations& out);
+
+// Rounds x [n, cols] through e4m3 with one scale per token and 128 inputs (in place).
+void fake_quantize_fp8_activations(float* x, int64_t n, int64_t cols);
+
+}  // namespace ernie

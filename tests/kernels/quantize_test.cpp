@@ -1,0 +1,183 @@
+#include "kernels/quantize.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+
+#include "kernels/matmul.h"
+#include "util/error.h"
+#include "util/random.h"
+
+namespace ernie {
+namespace {
+
+struct OwnedDense {
+  std::vector<uint16_t> bits;
+  WeightMatrix matrix;
+  std::vector<float> values;  // the bf16 values as fp32
+};
+
+OwnedDense random_bf16(int64_t rows, int64_t cols, uint64_t seed, double outlier_every = 0) {
+  Random random(seed);
+  OwnedDense owned;
+  owned.bits.resize(static_cast<size_t>(rows * cols));
+  owned.values.resize(owned.bits.size());
+  for (size_t i = 0; i < owned.bits.size(); ++i) {
+    double value = random.normal() * 0.05;
+    if (outlier_every > 0 && i % static_cast<size_t>(outlier_every) == 0) value *= 20;
+    owned.bits[i] = f32_to_bf16(static_cast<float>(value));
+    owned.values[i] = bf16_to_f32(owned.bits[i]);
+  }
+  owned.matrix.dtype = DType::kBF16;
+  owned.matrix.rows = rows;
+  owned.matrix.cols = cols;
+  owned.matrix.data = owned.bits.data();
+  return owned;
+}
+
+std::vector<float> random_activations(int64_t n, int64_t cols, uint64_t seed) {
+  Random random(seed);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (float& value : x) value = static_cast<float>(random.normal());
+  return x;
+}
+
+TEST(Fp8Test, KnownEncodings) {
+  EXPECT_EQ(f32_to_e4m3(1.0f), 0x38);
+  EXPECT_EQ(f32_to_e4m3(-2.0f), 0xc0);
+  EXPECT_EQ(f32_to_e4m3(448.0f), 0x7e);
+  EXPECT_EQ(f32_to_e4m3(1e6f), 0x7e);                   // saturates
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.0f, -9)), 0x01);  // smallest subnormal
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.0f, -11)), 0x00);  // below half of it
+  EXPECT_EQ(f32_to_e4m3(1.0625f), 0x38);  // halfway between 1 and 1.125: ties to even
+  EXPECT_EQ(f32_to_e4m3(1.1875f), 0x3a);  // halfway between 1.125 and 1.25: ties to even (1.25)
+  EXPECT_FLOAT_EQ(e4m3_to_f32(0x7e), 448.0f);
+  EXPECT_FLOAT_EQ(e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+  EXPECT_FLOAT_EQ(e4m3_to_f32(0xb8), -1.0f);
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0x7f)));
+}
+
+TEST(Fp8Test, EveryCodeRoundTrips) {
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7f) == 0x7f || code == 0x80) continue;  // NaN; -0 encodes as +0's sign twin
+    EXPECT_EQ(f32_to_e4m3(e4m3_to_f32(static_cast<uint8_t>(code))), code) << code;
+  }
+}
+
+TEST(QuantizeTest, GroupSizes) {
+  EXPECT_EQ(integer_group_size(1024), 128);
+  EXPECT_EQ(integer_group_size(192), 64);
+  EXPECT_EQ(integer_group_size(96), 32);
+  EXPECT_EQ(integer_group_size(100), 0);
+  const OwnedDense odd = random_bf16(4, 100, 1);
+  EXPECT_FALSE(can_quantize(odd.matrix, WeightFormat::kInt8));
+  EXPECT_TRUE(can_quantize(odd.matrix, WeightFormat::kFp8));
+  EXPECT_THROW(quantize_weight(odd.matrix, WeightFormat::kInt4), Error);
+}
+
+TEST(QuantizeTest, FormatNames) {
+  EXPECT_EQ(parse_weight_format("wint8"), WeightFormat::kInt8);
+  EXPECT_EQ(parse_weight_format("wint4"), WeightFormat::kInt4);
+  EXPECT_EQ(parse_weight_format("block_wise_fp8"), WeightFormat::kFp8);
+  EXPECT_EQ(parse_weight_format("bf16"), WeightFormat::kDense);
+  EXPECT_FALSE(parse_weight_format("wint3").has_value());
+}
+
+// Each stored value is within half a quantization step of the original (one step for
+// int4 values clamped at +7).
+TEST(QuantizeTest, DequantizedValuesAreWithinHalfAStep) {
+  const int64_t rows = 37, cols = 256;
+  const OwnedDense dense = random_bf16(rows, cols, 2, 97);
+  for (WeightFormat format : {WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kFp8}) {
+    const WeightMatrix q = quantize_weight(dense.matrix, format);
+    const std::vector<float> back = dequantize_weight(q);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t k = 0; k < cols; ++k) {
+        const float original = dense.values[static_cast<size_t>(r * cols + k)];
+        const float restored = back[static_cast<size_t>(r * cols + k)];
+        float step = 0;
+        if (format == WeightFormat::kFp8) {
+          // Half an ulp of a 3-bit mantissa, or half the subnormal step of the block.
+          const float block_scale = q.scales[(r / kFp8Block) * 2 + k / kFp8Block];
+          step = std::max(std::fabs(original) / 8.0f, std::ldexp(1.0f, -9) * block_scale);
+        } else {
+          const float scale = q.scales[(k / q.group) * 48 + r];  // padded rows: 48
+          step = std::fabs(scale);
+          // int4 maps the group's extreme to -8, so values beyond +7.5 steps on the
+          // other side clamp to 7: at most one whole step away.
+          if (format == WeightFormat::kInt4 && original / scale > 7.5f) step *= 2;
+        }
+        ASSERT_LE(std::fabs(restored - original), step / 2 * 1.0001f + 1e-12f)
+            << weight_format_name(format) << " r=" << r << " k=" << k;
+      }
+    }
+  }
+}
+
+using Shape = std::tuple<int64_t, int64_t, int64_t>;  // n, rows, cols
+
+class QuantizedMatmulTest : public ::testing::TestWithParam<WeightFormat> {};
+
+// The fast kernels (VNNI here, the portable one under ERNIE_ISA=generic/avx2) against
+// the double reference on the same quantized operands: only float rounding differs.
+TEST_P(QuantizedMatmulTest, MatchesTheReferenceOnOddShapes) {
+  ThreadPool pool(2);
+  for (const auto& [n, rows, cols] : {Shape{1, 16, 32}, Shape{1, 7, 96}, Shape{2, 300, 1024}, Shape{3, 33, 192},
+                                      Shape{5, 100, 128}, Shape{17, 64, 384}, Shape{130, 50, 256}}) {
+    const OwnedDense dense = random_bf16(rows, cols, static_cast<uint64_t>(rows * cols));
+    const WeightMatrix q = quantize_weight(dense.matrix, GetParam());
+    const std::vector<float> x = random_activations(n, cols, static_cast<uint64_t>(n + cols));
+    std::vector<float> fast(static_cast<size_t>(n * rows)), reference(fast.size());
+    matmul(pool, x.data(), n, q, fast.data());
+    matmul_reference(x.data(), n, q, reference.data());
+    // fp32 accumulation over `cols` products of O(0.05) weights and O(1) inputs.
+    const double tolerance = 2e-6 * std::sqrt(static_cast<double>(cols)) * 8.0;
+    for (size_t i = 0; i < fast.size(); ++i)
+      ASSERT_NEAR(fast[i], reference[i], tolerance * (1.0 + std::fabs(reference[i])))
+          << weight_format_name(GetParam()) << " n=" << n << " rows=" << rows << " cols=" << cols << " i=" << i;
+  }
+}
+
+// Quantized products stay close to the bf16 product: relative RMS error bounds that
+// follow from the step sizes (int8 ~0.5%, fp8 ~3%, int4 group-wise ~10% on Gaussian data).
+TEST_P(QuantizedMatmulTest, StaysCloseToTheBf16Product) {
+  ThreadPool pool(2);
+  const int64_t n = 9, rows = 70, cols = 512;
+  const OwnedDense dense = random_bf16(rows, cols, 11);
+  const WeightMatrix q = quantize_weight(dense.matrix, GetParam());
+  const std::vector<float> x = random_activations(n, cols, 12);
+  std::vector<float> exact(static_cast<size_t>(n * rows)), quantized(exact.size());
+  matmul_reference(x.data(), n, dense.matrix, exact.data());
+  matmul(pool, x.data(), n, q, quantized.data());
+  double error = 0, norm = 0;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    error += (quantized[i] - exact[i]) * (quantized[i] - exact[i]);
+    norm += exact[i] * exact[i];
+  }
+  const double relative = std::sqrt(error / norm);
+  const double bound = GetParam() == WeightFormat::kInt8 ? 0.015 : GetParam() == WeightFormat::kFp8 ? 0.06 : 0.15;
+  EXPECT_LT(relative, bound) << weight_format_name(GetParam());
+  EXPECT_GT(relative, 0.0) << "quantization must change something";
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantizedMatmulTest,
+                         ::testing::Values(WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kFp8),
+                         [](const auto& test_info) { return std::string(weight_format_name(test_info.param)); });
+
+TEST(QuantizeTest, ActivationBlocksAreExact) {
+  const std::vector<float> x = {0.0f, 0.25f, -2.0f, 0.5f};
+  std::vector<float> wide(64, 0.0f);
+  std::copy(x.begin(), x.end(), wide.begin());
+  QuantizedActivations q;
+  quantize_activations(wide.data(), 2, 32, 32, q);
+  EXPECT_FLOAT_EQ(q.scales[0], 2.0f / 127.0f);
+  EXPECT_EQ(q.values[2], -127);
+  EXPECT_EQ(q.values[1], 16);  // 15.875
+  EXPECT_EQ(q.sums[0], 0 + 16 - 127 + 32);
+  EXPECT_EQ(q.scales[1], 0.0f);  // an all-zero block
+  EXPECT_EQ(q.sums[1], 0);
+}
+
+}  // namespace
+}  // namespace ernie

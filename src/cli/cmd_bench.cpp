@@ -82,7 +82,6 @@ double mean(const std::vector<double>& values) {
 int bench_command(int argc, char** argv) {
   std::vector<OptionSpec> options = {
       {"model", "DIR", "checkpoint directory", ""},
-      {"quantization", "Q", "weight format (only unquantized checkpoints run today)", ""},
       {"concurrency", "N", "requests in flight at once (serving form)", ""},
       {"num-prompts", "N", "requests in all (serving form; default: --concurrency)", ""},
       {"input-len", "L", "prompt tokens per request (serving form)", "128"},
@@ -103,9 +102,6 @@ int bench_command(int argc, char** argv) {
     std::fputs(parser.help_text().c_str(), stdout);
     return 0;
   }
-  if (args.has("quantization") && args.get("quantization") != "none" && args.get("quantization") != "bf16")
-    fail("--quantization ", args.get("quantization"), " is not available yet: the quantized kernels are a later "
-         "issue; only the checkpoint's own format runs today");
   const bool llama_form = args.has("pp") || args.has("tg");
   if (llama_form == args.has("concurrency"))
     fail("give either --concurrency N (serving form) or --pp N and/or --tg N (llama-bench form)");
@@ -113,6 +109,7 @@ int bench_command(int argc, char** argv) {
   EngineConfig config = engine_config_from_args(args);
   nlohmann::ordered_json result;
   result["model"] = args.get("model");
+  result["quantization"] = config.quantization.empty() ? "none" : config.quantization;
   Random random(12345);
   if (!llama_form) {
     const int64_t concurrency = args.get_int("concurrency");

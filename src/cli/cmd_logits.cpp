@@ -38,7 +38,8 @@ int logits_command(int argc, char** argv) {
                          {{"model", "DIR", "checkpoint directory (config.json + safetensors)", ""},
                           {"ids", "LIST", "comma-separated token ids, fed at positions 0..n-1 (no BOS added)", ""},
                           {"out", "FILE", "output file", ""},
-                          {"threads", "N", "worker threads, 0 = all hardware threads", "0"}});
+                          {"threads", "N", "worker threads, 0 = all hardware threads", "0"},
+                          {"quantization", "NAME|JSON", "quantize the weights at load, as ernie serve does", ""}});
   const ParsedArgs args = parser.parse(argc, argv, 2);
   if (args.help_requested()) {
     std::fputs(parser.help_text().c_str(), stdout);
@@ -47,7 +48,8 @@ int logits_command(int argc, char** argv) {
   const std::vector<int32_t> ids = parse_id_list(args.get("ids"));
   const std::string out_path = args.get("out");
   ThreadPool pool(thread_count_from_flag(args.get_int("threads")));
-  auto model = load_model_reporting(args.get("model"), pool);
+  auto model = load_model_reporting(args.get("model"), pool,
+                                    quantization_from_flag(args.get("model"), args.get_optional("quantization").value_or("")));
   auto cache = model->new_kv_cache();
 
   const std::vector<float> logits = model->forward(single_sequence_batch(*cache, ids, 0, /*all_rows=*/true));

@@ -30,6 +30,8 @@ std::vector<OptionSpec> engine_option_specs() {
       {"no-enable-prefix-caching", "", "turn prefix caching off", ""},
       {"seed", "S", "seeds the requests that bring no seed of their own", "0"},
       {"threads", "N", "worker threads, 0 = one per hardware thread", "0"},
+      {"quantization", "NAME|JSON",
+       "quantize the weights at load: wint8, wint4, block_wise_fp8, or mix_quant JSON (README: Quantization)", ""},
   };
 }
 
@@ -45,6 +47,7 @@ EngineConfig engine_config_from_args(const ParsedArgs& args) {
     config.num_gpu_blocks_override = static_cast<int>(args.get_int("num-gpu-blocks-override"));
   config.kv_cache_ratio = args.get_double("kv-cache-ratio");
   config.seed = static_cast<uint64_t>(args.get_int("seed"));
+  if (args.has("quantization")) config.quantization = args.get("quantization");
 
   if (args.flag("enable-prefix-caching") && args.flag("no-enable-prefix-caching"))
     fail("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
@@ -71,13 +74,13 @@ LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& confi
   LoadedEngine loaded;
   loaded.pool = std::make_unique<ThreadPool>(threads);
   loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_dir.empty() ? model_dir : tokenizer_dir));
-  loaded.model = load_model_reporting(model_dir, *loaded.pool);
+  loaded.model = load_model_reporting(model_dir, *loaded.pool, quantization_from_flag(model_dir, config.quantization));
   validate_engine_config(config, loaded.model->config());
   const GenerationConfig generation = load_generation_config(model_dir);
   const std::vector<int>& eos = generation.eos_token_ids.empty() ? loaded.model->config().eos_token_ids
                                                                   : generation.eos_token_ids;
-  const int blocks = plan_kv_blocks(config, loaded.model->config(), loaded.model->load_report().tensor_bytes,
-                                    physical_memory_bytes());
+  const int blocks = plan_kv_blocks(config, loaded.model->config(), loaded.model->load_report().weight_bytes,
+                                    loaded.model->kv_row_bytes(), physical_memory_bytes());
   auto engine = std::make_unique<Engine>(*loaded.model, *loaded.tokenizer, config, blocks,
                                          std::vector<int32_t>(eos.begin(), eos.end()));
   loaded.client = std::make_unique<EngineClient>(std::move(engine));

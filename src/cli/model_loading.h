@@ -10,7 +10,12 @@
 
 namespace ernie {
 
-std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, ThreadPool& pool);
+std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, ThreadPool& pool,
+                                                 const QuantizationPlan& quantization = {});
+
+// The plan for `--quantization VALUE` on the model in `model_dir` (reads its config.json
+// and ERNIE_QUANTIZE_LM_HEAD); empty VALUE: unquantized.
+QuantizationPlan quantization_from_flag(const std::string& model_dir, const std::string& value);
 
 // `--threads`: 0 means one per hardware thread.
 size_t thread_count_from_flag(int64_t requested);

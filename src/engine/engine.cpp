@@ -23,7 +23,7 @@ Engine::Engine(ErnieModel& model, const Tokenizer& tokenizer, const EngineConfig
       tokenizer_(tokenizer),
       config_(config),
       eos_token_ids_(std::move(eos_token_ids)),
-      pool_(model.config().num_hidden_layers, model.config().kv_width(), config.block_size, num_blocks),
+      pool_(model.config().num_hidden_layers, model.kv_row_bytes(), config.block_size, num_blocks),
       cache_manager_(pool_, config.prefix_caching),
       scheduler_({config.max_num_seqs, config.effective_max_num_batched_tokens(), config.chunked_prefill,
                   !config.v1_scheduler, config.kv_cache_ratio},
@@ -102,11 +102,18 @@ std::vector<RequestOutput> Engine::step() {
   if (plan.chunks.empty()) return {};
   ++counters_.steps;
 
-  // One packed batch: every scheduled chunk, each over its own block table.
-  ForwardBatch batch;
-  std::vector<PagedKvCache> caches;
+  // One packed batch: every scheduled chunk, each over its own block table. The batch
+  // vectors are members so their capacity carries over from step to step.
+  ForwardBatch& batch = step_batch_;
+  batch.tokens.clear();
+  batch.sequences.clear();
+  batch.logit_rows.clear();
+  std::vector<PagedKvCache>& caches = step_caches_;
+  caches.clear();
+  // batch.sequences points into `caches`, so it must not reallocate while filled.
   caches.reserve(plan.chunks.size());
-  std::vector<const ScheduledChunk*> sampling;
+  std::vector<const ScheduledChunk*>& sampling = step_sampling_;
+  sampling.clear();
   for (const ScheduledChunk& chunk : plan.chunks) {
     EngineRequest& request = *chunk.request;
     caches.emplace_back(pool_, request.block_table);
@@ -121,7 +128,7 @@ std::vector<RequestOutput> Engine::step() {
     }
     if (chunk.start < request.prompt_length) counters_.prompt_tokens_computed += chunk.num_tokens;
   }
-  std::vector<float> logits = model_.forward(batch);
+  std::vector<float>& logits = model_.forward(batch);
 
   for (const ScheduledChunk& chunk : plan.chunks) {
     chunk.request->num_computed_tokens += chunk.num_tokens;

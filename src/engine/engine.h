@@ -83,6 +83,10 @@ class Engine {
   Random seeds_;
   std::map<std::string, std::unique_ptr<Live>> live_;
   EngineStats counters_;
+  // step()'s working vectors, kept so their capacity is reused.
+  ForwardBatch step_batch_;
+  std::vector<PagedKvCache> step_caches_;
+  std::vector<const ScheduledChunk*> step_sampling_;
 };
 
 }  // namespace ernie

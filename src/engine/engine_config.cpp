@@ -35,9 +35,9 @@ void validate_engine_config(const EngineConfig& config, const ModelConfig& model
     fail("--kv-cache-ratio must lie in (0, 1], got ", config.kv_cache_ratio);
 }
 
-int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_t weight_bytes,
+int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_t weight_bytes, size_t kv_row_bytes,
                    uint64_t machine_bytes) {
-  const uint64_t block_bytes = KvBlockPool::bytes_per_block(model.num_hidden_layers, model.kv_width(), config.block_size);
+  const uint64_t block_bytes = KvBlockPool::bytes_per_block(model.num_hidden_layers, kv_row_bytes, config.block_size);
   const int64_t needed_blocks = (config.max_model_len + config.block_size - 1) / config.block_size;
   int blocks;
   if (config.num_gpu_blocks_override) {
@@ -66,7 +66,8 @@ int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_
          " sequence needs ", needed_blocks, " blocks");
   log_info("KV cache: total_block_num ", blocks, " blocks of ", config.block_size, " tokens = ",
            static_cast<int64_t>(blocks) * config.block_size, " tokens, ",
-           static_cast<double>(block_bytes) * blocks / (1 << 30), " GiB (fp32)");
+           static_cast<double>(block_bytes) * blocks / (1 << 30), " GiB (",
+           kv_row_bytes >= static_cast<size_t>(model.kv_width()) * sizeof(float) ? "fp32" : "int8", ")");
   return blocks;
 }
 

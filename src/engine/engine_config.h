@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "engine/sampling_params.h"
 #include "model/config.h"
@@ -23,6 +24,7 @@ struct EngineConfig {
   double kv_cache_ratio = 0.75;                 // --kv-cache-ratio (V0 scheduler only)
   SamplingClass sampling_class = SamplingClass::kBase;  // FD_SAMPLING_CLASS
   uint64_t seed = 0;                            // seeds requests that bring no seed
+  std::string quantization;  // --quantization as given; model/quantization.h parses it against the model
 
   // Tokens per step when the flag is absent: 512 with chunked prefill (a CPU computes a
   // 2048-token chunk for seconds, stalling every decode behind it), else max_model_len
@@ -34,9 +36,10 @@ struct EngineConfig {
 void validate_engine_config(const EngineConfig& config, const ModelConfig& model);
 
 // How many KV blocks to make: the override, or what fits in gpu_memory_utilization of
-// `machine_bytes` after the weights and the activations of one full step. Refuses,
-// with the numbers, a pool that cannot hold one max_model_len sequence.
-int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_t weight_bytes,
+// `machine_bytes` after the weights and the activations of one full step, for KV rows of
+// `kv_row_bytes` (ErnieModel::kv_row_bytes). Refuses, with the numbers, a pool that
+// cannot hold one max_model_len sequence.
+int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_t weight_bytes, size_t kv_row_bytes,
                    uint64_t machine_bytes);
 
 }  // namespace ernie

@@ -24,20 +24,19 @@ uint64_t chain_block_hash(uint64_t parent_hash, std::span<const int32_t> tokens)
   return hash;
 }
 
-uint64_t KvBlockPool::bytes_per_block(int num_layers, int64_t kv_width, int block_size) {
-  return 2ull * static_cast<uint64_t>(num_layers) * static_cast<uint64_t>(block_size) *
-         static_cast<uint64_t>(kv_width) * sizeof(float);
+uint64_t KvBlockPool::bytes_per_block(int num_layers, size_t row_bytes, int block_size) {
+  return 2ull * static_cast<uint64_t>(num_layers) * static_cast<uint64_t>(block_size) * row_bytes;
 }
 
-KvBlockPool::KvBlockPool(int num_layers, int64_t kv_width, int block_size, int num_blocks)
-    : num_layers_(num_layers), kv_width_(kv_width), block_size_(block_size), num_blocks_(num_blocks) {
+KvBlockPool::KvBlockPool(int num_layers, size_t row_bytes, int block_size, int num_blocks)
+    : num_layers_(num_layers), row_bytes_(row_bytes), block_size_(block_size), num_blocks_(num_blocks) {
   if (num_blocks <= 0 || block_size <= 0) fail("KV block pool needs at least one block of at least one position");
-  storage_bytes_ = bytes_per_block(num_layers, kv_width, block_size) * static_cast<uint64_t>(num_blocks);
+  storage_bytes_ = bytes_per_block(num_layers, row_bytes, block_size) * static_cast<uint64_t>(num_blocks);
   void* mapping = mmap(nullptr, storage_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                        -1, 0);
   if (mapping == MAP_FAILED)
     fail("cannot reserve ", storage_bytes_ / (1 << 20), " MiB for the KV cache: ", std::strerror(errno));
-  storage_ = static_cast<float*>(mapping);
+  storage_ = static_cast<uint8_t*>(mapping);
   blocks_.resize(static_cast<size_t>(num_blocks));
   block_tokens_.resize(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size));
   for (BlockId block = 0; block < num_blocks; ++block)
@@ -50,11 +49,11 @@ KvBlockPoolStats KvBlockPool::stats() const {
   return {num_blocks_, num_free_blocks(), static_cast<int>(cached_by_hash_.size())};
 }
 
-float* KvBlockPool::row(BlockId block, int layer, int offset, int kind) {
+uint8_t* KvBlockPool::row(BlockId block, int layer, int offset, int kind) {
   assert(block >= 0 && block < num_blocks_ && offset >= 0 && offset < block_size_);
   const int64_t index =
       ((static_cast<int64_t>(block) * 2 + kind) * num_layers_ + layer) * block_size_ + offset;
-  return storage_ + index * kv_width_;
+  return storage_ + static_cast<size_t>(index) * row_bytes_;
 }
 
 void KvBlockPool::forget_identity(BlockId block) {

@@ -1,5 +1,6 @@
 // The paged KV cache's storage and its block bookkeeping. Every block holds the keys
-// and values of `block_size` consecutive positions for every layer, in fp32. Blocks
+// and values of `block_size` consecutive positions for every layer, as rows of
+// `row_bytes` (the model's KV row format). Blocks
 // are reference-counted: a full block may be shared by several requests through the
 // prefix cache. A block whose count drops to zero joins the free queue but keeps its
 // cached identity until it is handed out again, least recently released first (LRU).
@@ -29,7 +30,7 @@ struct KvBlockPoolStats {
 
 class KvBlockPool {
  public:
-  KvBlockPool(int num_layers, int64_t kv_width, int block_size, int num_blocks);
+  KvBlockPool(int num_layers, size_t row_bytes, int block_size, int num_blocks);
   ~KvBlockPool();
   KvBlockPool(const KvBlockPool&) = delete;
   KvBlockPool& operator=(const KvBlockPool&) = delete;
@@ -38,11 +39,11 @@ class KvBlockPool {
   int num_blocks() const { return num_blocks_; }
   int num_free_blocks() const { return static_cast<int>(free_queue_.size()); }
   // Bytes of one block: K and V for every layer and position.
-  static uint64_t bytes_per_block(int num_layers, int64_t kv_width, int block_size);
+  static uint64_t bytes_per_block(int num_layers, size_t row_bytes, int block_size);
   KvBlockPoolStats stats() const;
 
-  float* key(BlockId block, int layer, int offset) { return row(block, layer, offset, 0); }
-  float* value(BlockId block, int layer, int offset) { return row(block, layer, offset, 1); }
+  void* key(BlockId block, int layer, int offset) { return row(block, layer, offset, 0); }
+  void* value(BlockId block, int layer, int offset) { return row(block, layer, offset, 1); }
 
   // A block with reference count 1 and no cached identity, evicting the least recently
   // released cached block if it has to; nullopt when every block is referenced.
@@ -67,15 +68,15 @@ class KvBlockPool {
     std::list<BlockId>::iterator free_position;  // valid while ref_count == 0
   };
 
-  float* row(BlockId block, int layer, int offset, int kind);
+  uint8_t* row(BlockId block, int layer, int offset, int kind);
   void forget_identity(BlockId block);
 
   int num_layers_;
-  int64_t kv_width_;
+  size_t row_bytes_;
   int block_size_;
   int num_blocks_;
   size_t storage_bytes_ = 0;
-  float* storage_ = nullptr;  // anonymous mapping: pages cost memory only once written
+  uint8_t* storage_ = nullptr;  // anonymous mapping: pages cost memory only once written
   std::vector<BlockState> blocks_;
   std::vector<int32_t> block_tokens_;  // [num_blocks][block_size], for cached blocks
   std::list<BlockId> free_queue_;      // front = evicted first

@@ -65,12 +65,12 @@ void PagedKvCache::reserve(int64_t num_positions) {
     fail("internal: request needs ", num_positions, " KV positions but its blocks hold ", capacity);
 }
 
-float* PagedKvCache::key(int layer, int64_t position) {
+void* PagedKvCache::key(int layer, int64_t position) {
   const int64_t block_size = pool_.block_size();
   return pool_.key(table_[static_cast<size_t>(position / block_size)], layer, static_cast<int>(position % block_size));
 }
 
-float* PagedKvCache::value(int layer, int64_t position) {
+void* PagedKvCache::value(int layer, int64_t position) {
   const int64_t block_size = pool_.block_size();
   return pool_.value(table_[static_cast<size_t>(position / block_size)], layer, static_cast<int>(position % block_size));
 }

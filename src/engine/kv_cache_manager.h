@@ -53,8 +53,8 @@ class PagedKvCache final : public KvCache {
  public:
   PagedKvCache(KvBlockPool& pool, const std::vector<BlockId>& block_table) : pool_(pool), table_(block_table) {}
   void reserve(int64_t num_positions) override;
-  float* key(int layer, int64_t position) override;
-  float* value(int layer, int64_t position) override;
+  void* key(int layer, int64_t position) override;
+  void* value(int layer, int64_t position) override;
 
  private:
   KvBlockPool& pool_;

@@ -5,7 +5,6 @@
 #include <limits>
 #include <numeric>
 
-#include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "util/error.h"
@@ -14,42 +13,17 @@
 namespace ernie {
 namespace {
 
-using Buffer = std::vector<float>;
-
-Buffer linear(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w) {
-  Buffer y(static_cast<size_t>(n * w.rows));
-  matmul(pool, x, n, w, y.data());
-  return y;
+// Grows `buffer` to at least `count` elements; it never shrinks, so once the largest
+// batch has been seen no call allocates.
+template <typename T>
+T* sized(std::vector<T>& buffer, int64_t count) {
+  if (buffer.size() < static_cast<size_t>(count)) buffer.resize(static_cast<size_t>(count));
+  return buffer.data();
 }
 
-// Experts chosen for one token and their mixing weights (spec §3 steps 2-4).
-struct Routing {
-  std::vector<int> experts;
-  std::vector<float> weights;
-};
-
-Routing route_token(const float* router_logits, const MoeWeights& moe, const MoeConfig& config) {
-  const int e = config.num_experts;
-  std::vector<float> probs(router_logits, router_logits + e);
-  softmax(probs.data(), e);
-  // Selection uses p + bias; the weights use the unbiased p.
-  std::vector<float> scores(probs);
-  if (config.use_correction_bias)
-    for (int i = 0; i < e; ++i) scores[static_cast<size_t>(i)] += moe.correction_bias[static_cast<size_t>(i)];
-  std::vector<int> order(static_cast<size_t>(e));
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + config.top_k, order.end(), [&](int a, int b) {
-    return scores[static_cast<size_t>(a)] > scores[static_cast<size_t>(b)] ||
-           (scores[static_cast<size_t>(a)] == scores[static_cast<size_t>(b)] && a < b);
-  });
-  Routing routing;
-  routing.experts.assign(order.begin(), order.begin() + config.top_k);
-  float total = 0.0f;
-  for (int expert : routing.experts) total += probs[static_cast<size_t>(expert)];
-  const float denominator = std::max(total, static_cast<float>(config.norm_min));
-  for (int expert : routing.experts) routing.weights.push_back(probs[static_cast<size_t>(expert)] / denominator);
-  return routing;
-}
+// Query tokens per attention work item: enough items for every thread, each long
+// enough that a K/V block loaded serves many query rows.
+constexpr int32_t kAttentionQueryTile = 64;
 
 }  // namespace
 
@@ -64,7 +38,8 @@ ForwardBatch single_sequence_batch(KvCache& cache, std::span<const int32_t> toke
 }
 
 std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, ThreadPool& pool,
-                                             const LayerProgress& on_layer_loaded) {
+                                             const LayerProgress& on_layer_loaded,
+                                             const QuantizationPlan& quantization) {
   Stopwatch stopwatch;
   ModelConfig config = load_model_config(model_dir);
   std::unique_ptr<Checkpoint> checkpoint = Checkpoint::open(model_dir);
@@ -73,22 +48,34 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
   report.tensor_bytes = checkpoint->total_tensor_bytes();
   report.num_files = checkpoint->num_files();
   report.layout = weights.layout;
-  auto model = std::make_unique<ErnieModel>(std::move(config), std::move(checkpoint), std::move(weights), pool);
+  if (quantization.quantizes_weights()) {
+    Stopwatch quantize_time;
+    report.kept_dense = quantize_weights(weights, quantization, pool);
+    report.quantize_seconds = quantize_time.seconds();
+  }
+  report.weight_bytes = resident_weight_bytes(weights);
+  auto model = std::make_unique<ErnieModel>(std::move(config), std::move(checkpoint), std::move(weights), pool,
+                                            quantization.kv_cache);
   report.seconds = stopwatch.seconds();
   model->load_report_ = report;
   return model;
 }
 
 ErnieModel::ErnieModel(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ErnieWeights weights,
-                       ThreadPool& pool)
+                       ThreadPool& pool, KvStorage kv_storage)
     : config_(std::move(config)),
       checkpoint_(std::move(checkpoint)),
       weights_(std::move(weights)),
       pool_(pool),
+      kv_storage_(kv_storage),
       rope_inv_freq_(rope_inverse_frequencies(config_.head_dim, config_.rope_theta)) {}
 
+size_t ErnieModel::kv_row_bytes() const {
+  return ernie::kv_row_bytes(kv_storage_, config_.num_key_value_heads, config_.head_dim);
+}
+
 std::unique_ptr<KvCache> ErnieModel::new_kv_cache() const {
-  return std::make_unique<SequenceKvCache>(config_.num_hidden_layers, config_.kv_width());
+  return std::make_unique<SequenceKvCache>(config_.num_hidden_layers, kv_row_bytes());
 }
 
 void ErnieModel::validate(const ForwardBatch& batch) const {
@@ -112,153 +99,205 @@ void ErnieModel::validate(const ForwardBatch& batch) const {
       fail("forward: logit row ", row, " is outside the batch of ", batch.tokens.size(), " tokens");
 }
 
-std::vector<float> ErnieModel::forward(const ForwardBatch& batch) {
+void ErnieModel::plan_batch(const ForwardBatch& batch) {
+  const int64_t n = static_cast<int64_t>(batch.tokens.size());
+  sized(slots_, n);
+  attention_items_.clear();
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceChunk& chunk = batch.sequences[s];
+    for (int32_t i = 0; i < chunk.num_tokens; ++i)
+      slots_[static_cast<size_t>(chunk.first_token + i)] = {&chunk, chunk.start_position + i};
+    for (int32_t first = 0; first < chunk.num_tokens; first += kAttentionQueryTile)
+      for (int32_t head = 0; head < config_.num_key_value_heads; ++head)
+        attention_items_.push_back({static_cast<int32_t>(s), head, chunk.first_token + first,
+                                    std::min(kAttentionQueryTile, chunk.num_tokens - first)});
+  }
+  if (key_rows_.size() < batch.sequences.size()) {
+    key_rows_.resize(batch.sequences.size());
+    value_rows_.resize(batch.sequences.size());
+  }
+}
+
+std::vector<float>& ErnieModel::forward(const ForwardBatch& batch) {
   validate(batch);
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
   const int64_t h = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   for (const SequenceChunk& chunk : batch.sequences) chunk.cache->reserve(chunk.start_position + chunk.num_tokens);
+  plan_batch(batch);
 
   // x = Emb[token], no scaling.
-  Buffer x(static_cast<size_t>(n * h));
+  float* x = sized(x_, n * h);
   for (int64_t t = 0; t < n; ++t)
-    convert_to_f32(weights_.embedding.dtype, weights_.embedding.row(batch.tokens[static_cast<size_t>(t)]),
-                   x.data() + t * h, static_cast<size_t>(h));
+    convert_to_f32(weights_.embedding.dtype, weights_.embedding.row(batch.tokens[static_cast<size_t>(t)]), x + t * h,
+                   static_cast<size_t>(h));
 
-  Buffer normed(x.size());
-  Buffer block_out(x.size());
+  float* normed = sized(normed_, n * h);
+  float* block_out = sized(block_out_, n * h);
   for (int layer_index = 0; layer_index < config_.num_hidden_layers; ++layer_index) {
     const DecoderLayerWeights& layer = weights_.layers[static_cast<size_t>(layer_index)];
-    rms_norm(x.data(), n, h, layer.input_norm.data(), eps, normed.data());
-    attention_block(layer, layer_index, batch, normed, block_out);
-    add_scaled(x.data(), block_out.data(), 1.0f, n * h);
+    rms_norm(x, n, h, layer.input_norm.data(), eps, normed);
+    attention_block(layer, layer_index, batch, block_out);
+    add_scaled(x, block_out, 1.0f, n * h);
 
-    rms_norm(x.data(), n, h, layer.post_attention_norm.data(), eps, normed.data());
+    rms_norm(x, n, h, layer.post_attention_norm.data(), eps, normed);
+    std::fill_n(block_out, n * h, 0.0f);
     if (layer.moe) {
-      moe_block(*layer.moe, normed, n, block_out);
+      moe_block(*layer.moe, n, block_out);
     } else {
-      std::fill(block_out.begin(), block_out.end(), 0.0f);
-      mlp_block(*layer.mlp, normed.data(), n, block_out.data());
+      input_.reset(normed, n, h);
+      mlp_block(*layer.mlp, input_, block_out);
     }
-    add_scaled(x.data(), block_out.data(), 1.0f, n * h);
+    add_scaled(x, block_out, 1.0f, n * h);
   }
 
   // Only the requested rows go through the final norm and the (large) head.
   const int64_t rows = static_cast<int64_t>(batch.logit_rows.size());
-  Buffer last(static_cast<size_t>(rows * h));
-  for (int64_t r = 0; r < rows; ++r)
-    std::copy_n(x.data() + batch.logit_rows[static_cast<size_t>(r)] * h, h, last.data() + r * h);
-  rms_norm(last.data(), rows, h, weights_.final_norm.data(), eps, last.data());
-  Buffer logits = linear(pool_, last.data(), rows, weights_.lm_head);
+  float* last = sized(last_, rows * h);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(x + batch.logit_rows[static_cast<size_t>(r)] * h, h, last + r * h);
+  rms_norm(last, rows, h, weights_.final_norm.data(), eps, last);
+  const int64_t v = config_.vocab_size;
+  // The result is exactly rows x V, so the caller can use its size.
+  logits_.resize(static_cast<size_t>(rows * v));
+  matmul(pool_, last, rows, weights_.lm_head, logits_.data());
   if (config_.ori_vocab_size) {
     // FastDeploy masks the padding rows of the vocabulary.
-    const int64_t v = config_.vocab_size;
     for (int64_t r = 0; r < rows; ++r)
-      std::fill(logits.begin() + r * v + *config_.ori_vocab_size, logits.begin() + (r + 1) * v,
+      std::fill(logits_.begin() + r * v + *config_.ori_vocab_size, logits_.begin() + (r + 1) * v,
                 -std::numeric_limits<float>::infinity());
   }
-  return logits;
+  return logits_;
 }
 
 void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_index, const ForwardBatch& batch,
-                                 const std::vector<float>& normed, std::vector<float>& out) {
+                                 float* out) {
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
   const int heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, hd = config_.head_dim;
   const int64_t q_width = config_.q_width(), kv_width = config_.kv_width();
-  Buffer q = linear(pool_, normed.data(), n, layer.attention.q);
-  Buffer k = linear(pool_, normed.data(), n, layer.attention.k);
-  Buffer v = linear(pool_, normed.data(), n, layer.attention.v);
+  float* q = sized(q_, n * q_width);
+  float* k = sized(k_, n * kv_width);
+  float* v = sized(v_, n * kv_width);
+  input_.reset(normed_.data(), n, config_.hidden_size);
+  matmul(pool_, input_, layer.attention.q, q);
+  matmul(pool_, input_, layer.attention.k, k);
+  matmul(pool_, input_, layer.attention.v, v);
 
   // RoPE on q and k, then append k and v to each sequence's cache.
-  struct TokenSlot {
-    const SequenceChunk* chunk;
-    int64_t position;
-  };
-  std::vector<TokenSlot> slots(static_cast<size_t>(n));
-  for (const SequenceChunk& chunk : batch.sequences)
-    for (int32_t i = 0; i < chunk.num_tokens; ++i)
-      slots[static_cast<size_t>(chunk.first_token + i)] = {&chunk, chunk.start_position + i};
   for (int64_t t = 0; t < n; ++t) {
-    const TokenSlot& slot = slots[static_cast<size_t>(t)];
+    const TokenSlot& slot = slots_[static_cast<size_t>(t)];
     const float position = static_cast<float>(static_cast<double>(slot.position) / config_.compression_ratio);
-    apply_rope(q.data() + t * q_width, heads, hd, position, rope_inv_freq_.data());
-    apply_rope(k.data() + t * kv_width, kv_heads, hd, position, rope_inv_freq_.data());
-    std::copy_n(k.data() + t * kv_width, kv_width, slot.chunk->cache->key(layer_index, slot.position));
-    std::copy_n(v.data() + t * kv_width, kv_width, slot.chunk->cache->value(layer_index, slot.position));
+    apply_rope(q + t * q_width, heads, hd, position, rope_inv_freq_.data());
+    apply_rope(k + t * kv_width, kv_heads, hd, position, rope_inv_freq_.data());
+    store_kv_row(k + t * kv_width, kv_heads, hd, kv_storage_, slot.chunk->cache->key(layer_index, slot.position));
+    store_kv_row(v + t * kv_width, kv_heads, hd, kv_storage_, slot.chunk->cache->value(layer_index, slot.position));
   }
 
   // Row pointers of every sequence's cache, so the kernel never calls through KvCache.
-  std::vector<std::vector<const float*>> key_rows(batch.sequences.size()), value_rows(batch.sequences.size());
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceChunk& chunk = batch.sequences[s];
     const int64_t length = chunk.start_position + chunk.num_tokens;
+    std::vector<const void*>& keys = key_rows_[s];
+    std::vector<const void*>& values = value_rows_[s];
+    keys.resize(static_cast<size_t>(length));
+    values.resize(static_cast<size_t>(length));
     for (int64_t p = 0; p < length; ++p) {
-      key_rows[s].push_back(chunk.cache->key(layer_index, p));
-      value_rows[s].push_back(chunk.cache->value(layer_index, p));
+      keys[static_cast<size_t>(p)] = chunk.cache->key(layer_index, p);
+      values[static_cast<size_t>(p)] = chunk.cache->value(layer_index, p);
     }
   }
 
-  Buffer attended(static_cast<size_t>(n * q_width));
-  const int group = heads / kv_heads;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  pool_.parallel_for(static_cast<size_t>(n * heads), 0, [&](size_t begin, size_t end) {
-    Buffer scores;
-    for (size_t item = begin; item < end; ++item) {
-      const int64_t t = static_cast<int64_t>(item) / heads;
-      const int head = static_cast<int>(item % static_cast<size_t>(heads));
-      const TokenSlot& slot = slots[static_cast<size_t>(t)];
-      const size_t s = static_cast<size_t>(slot.chunk - batch.sequences.data());
-      const int64_t n_keys = slot.position + 1;  // causal: itself and everything before
-      scores.resize(static_cast<size_t>(n_keys));
-      attend_one_head(q.data() + t * q_width + head * hd, key_rows[s].data(), value_rows[s].data(), n_keys,
-                      static_cast<int64_t>(head / group) * hd, hd, scale, scores.data(),
-                      attended.data() + t * q_width + head * hd);
+  float* attended = sized(attended_, n * q_width);
+  const AttentionShape shape{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
+                             kv_storage_};
+  pool_.parallel_for(attention_items_.size(), 1, [&](size_t begin, size_t end) {
+    thread_local AttentionScratch scratch;
+    for (size_t i = begin; i < end; ++i) {
+      const AttentionItem& item = attention_items_[i];
+      const TokenSlot& first = slots_[static_cast<size_t>(item.first_token)];
+      causal_attention_group(shape, key_rows_[static_cast<size_t>(item.sequence)].data(),
+                             value_rows_[static_cast<size_t>(item.sequence)].data(), item.kv_head,
+                             q + item.first_token * q_width, q_width, first.position, item.num_tokens,
+                             attended + item.first_token * q_width, q_width, scratch);
     }
   });
-  matmul(pool_, attended.data(), n, layer.attention.o, out.data());
+  matmul(pool_, attended, n, layer.attention.o, out);
 }
 
-void ErnieModel::mlp_block(const MlpWeights& mlp, const float* input, int64_t n, float* out) {
-  Buffer gate = linear(pool_, input, n, mlp.gate);
-  const Buffer up = linear(pool_, input, n, mlp.up);
-  silu_mul(gate.data(), up.data(), static_cast<int64_t>(gate.size()));
-  const Buffer down = linear(pool_, gate.data(), n, mlp.down);
-  add_scaled(out, down.data(), 1.0f, static_cast<int64_t>(down.size()));
+void ErnieModel::mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out) {
+  const int64_t n = input.n(), inner = mlp.gate.rows;
+  float* gate = sized(gate_, n * inner);
+  float* up = sized(up_, n * inner);
+  matmul(pool_, input, mlp.gate, gate);
+  matmul(pool_, input, mlp.up, up);
+  silu_mul(gate, up, n * inner);
+  float* down = sized(down_, n * mlp.down.rows);
+  matmul(pool_, gate, n, mlp.down, down);
+  add_scaled(out, down, 1.0f, n * mlp.down.rows);
 }
 
-void ErnieModel::moe_block(const MoeWeights& moe, const std::vector<float>& normed, int64_t n,
-                           std::vector<float>& out) {
+void ErnieModel::moe_block(const MoeWeights& moe, int64_t n, float* out) {
   const MoeConfig& moe_config = *config_.moe;
   const int64_t h = config_.hidden_size;
-  const int e = moe_config.num_experts;
+  const int e = moe_config.num_experts, top_k = moe_config.top_k;
   // The router runs in fp32 on fp32 weights (spec §3 step 1).
-  const Buffer router_logits = linear(pool_, normed.data(), n, f32_matrix_view(moe.router.data(), e, h));
+  float* router_logits = sized(router_logits_, n * e);
+  matmul(pool_, normed_.data(), n, f32_matrix_view(moe.router.data(), e, h), router_logits);
 
-  // Group tokens by expert so each expert's weights stream once for all its tokens.
-  std::vector<std::vector<std::pair<int64_t, float>>> assigned(static_cast<size_t>(e));
+  // Route every token (spec §3 steps 2-4): select by p + bias, weigh by the unbiased p
+  // renormalised over the chosen experts. Then group the (token, weight) pairs by
+  // expert so each expert's weights stream once for all its tokens.
+  float* probs = sized(probs_, e);
+  float* scores = sized(scores_, e);
+  int32_t* order = sized(order_, e);
+  int32_t* chosen = sized(chosen_expert_, n * top_k);
+  float* chosen_weight = sized(chosen_weight_, n * top_k);
+  int32_t* count = sized(expert_count_, e);
+  std::fill_n(count, e, 0);
   for (int64_t t = 0; t < n; ++t) {
-    const Routing routing = route_token(router_logits.data() + t * e, moe, moe_config);
-    for (size_t k = 0; k < routing.experts.size(); ++k)
-      assigned[static_cast<size_t>(routing.experts[k])].push_back({t, routing.weights[k]});
-  }
-
-  std::fill(out.begin(), out.end(), 0.0f);
-  Buffer gathered, expert_out;
-  for (int expert = 0; expert < e; ++expert) {
-    const auto& tokens = assigned[static_cast<size_t>(expert)];
-    if (tokens.empty()) continue;
-    const int64_t count = static_cast<int64_t>(tokens.size());
-    gathered.resize(static_cast<size_t>(count * h));
-    for (int64_t i = 0; i < count; ++i)
-      std::copy_n(normed.data() + tokens[static_cast<size_t>(i)].first * h, h, gathered.data() + i * h);
-    expert_out.assign(static_cast<size_t>(count * h), 0.0f);
-    mlp_block(moe.experts[static_cast<size_t>(expert)], gathered.data(), count, expert_out.data());
-    for (int64_t i = 0; i < count; ++i) {
-      const auto& [token, weight] = tokens[static_cast<size_t>(i)];
-      add_scaled(out.data() + token * h, expert_out.data() + i * h, weight, h);
+    std::copy_n(router_logits + t * e, e, probs);
+    softmax(probs, e);
+    for (int i = 0; i < e; ++i)
+      scores[i] = probs[i] + (moe_config.use_correction_bias ? moe.correction_bias[static_cast<size_t>(i)] : 0.0f);
+    std::iota(order, order + e, 0);
+    std::partial_sort(order, order + top_k, order + e,
+                      [&](int a, int b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
+    float total = 0.0f;
+    for (int j = 0; j < top_k; ++j) total += probs[order[j]];
+    const float denominator = std::max(total, static_cast<float>(moe_config.norm_min));
+    for (int j = 0; j < top_k; ++j) {
+      chosen[t * top_k + j] = order[j];
+      chosen_weight[t * top_k + j] = probs[order[j]] / denominator;
+      ++count[order[j]];
     }
   }
-  if (moe.shared) mlp_block(*moe.shared, normed.data(), n, out.data());
+  int32_t* offset = sized(expert_offset_, e + 1);
+  offset[0] = 0;
+  for (int i = 0; i < e; ++i) offset[i + 1] = offset[i] + count[i];
+  Routing* routed = sized(routed_, n * top_k);
+  std::fill_n(count, e, 0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int j = 0; j < top_k; ++j) {
+      const int32_t expert = chosen[t * top_k + j];
+      routed[offset[expert] + count[expert]++] = {static_cast<int32_t>(t), chosen_weight[t * top_k + j]};
+    }
+
+  // Each expert runs on its gathered tokens and scatters back scaled by its weight.
+  for (int expert = 0; expert < e; ++expert) {
+    const int64_t tokens = count[expert];
+    if (tokens == 0) continue;
+    const Routing* mine = routed + offset[expert];
+    float* gathered = sized(expert_in_, tokens * h);
+    for (int64_t i = 0; i < tokens; ++i) std::copy_n(normed_.data() + mine[i].token * h, h, gathered + i * h);
+    float* expert_out = sized(expert_out_, tokens * h);
+    std::fill_n(expert_out, tokens * h, 0.0f);
+    expert_input_.reset(gathered, tokens, h);
+    mlp_block(moe.experts[static_cast<size_t>(expert)], expert_input_, expert_out);
+    for (int64_t i = 0; i < tokens; ++i) add_scaled(out + mine[i].token * h, expert_out + i * h, mine[i].weight, h);
+  }
+  if (moe.shared) {
+    input_.reset(normed_.data(), n, h);
+    mlp_block(*moe.shared, input_, out);
+  }
 }
 
 }  // namespace ernie

@@ -9,10 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "kernels/flash_attention.h"
+#include "kernels/matmul.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/ernie_weights.h"
 #include "model/kv_cache.h"
+#include "model/quantization.h"
 #include "util/thread_pool.h"
 
 namespace ernie {
@@ -40,7 +43,10 @@ ForwardBatch single_sequence_batch(KvCache& cache, std::span<const int32_t> toke
 
 struct LoadReport {
   double seconds = 0;
-  uint64_t tensor_bytes = 0;
+  double quantize_seconds = 0;
+  uint64_t tensor_bytes = 0;         // in the checkpoint
+  uint64_t weight_bytes = 0;         // as the kernels hold them (after quantization)
+  int kept_dense = 0;                // matrices the plan named that could not be quantized
   size_t num_files = 0;
   CheckpointLayout layout = CheckpointLayout::kTorch;
 };
@@ -49,34 +55,73 @@ class ErnieModel {
  public:
   // Loads config.json and the weights from `model_dir`. `pool` runs the kernels and
   // must outlive the model.
+  // `quantization` (default: none) is applied once the weights are loaded.
   static std::unique_ptr<ErnieModel> load(const std::string& model_dir, ThreadPool& pool,
-                                          const LayerProgress& on_layer_loaded = nullptr);
+                                          const LayerProgress& on_layer_loaded = nullptr,
+                                          const QuantizationPlan& quantization = {});
 
-  ErnieModel(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ErnieWeights weights, ThreadPool& pool);
+  ErnieModel(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ErnieWeights weights, ThreadPool& pool,
+             KvStorage kv_storage = KvStorage::kF32);
 
   const ModelConfig& config() const { return config_; }
   const ErnieWeights& weights() const { return weights_; }
   const LoadReport& load_report() const { return load_report_; }
 
+  // How KV rows are stored, and the bytes of one (layer, position) row of K or of V.
+  KvStorage kv_storage() const { return kv_storage_; }
+  size_t kv_row_bytes() const;
   std::unique_ptr<KvCache> new_kv_cache() const;
 
   // Runs the batch, writing its keys and values into the caches, and returns the logits
-  // of batch.logit_rows as [logit_rows.size(), vocab_size], row-major.
-  std::vector<float> forward(const ForwardBatch& batch);
+  // of batch.logit_rows as [logit_rows.size(), vocab_size], row-major. The returned
+  // buffer belongs to the model (callers may modify it, e.g. to apply penalties) and is
+  // overwritten by the next call. Buffers grow to
+  // the largest batch seen and are then reused: a forward pass over a batch no larger
+  // than an earlier one allocates nothing.
+  std::vector<float>& forward(const ForwardBatch& batch);
 
  private:
+  // Where a batch row's token sits: its sequence chunk and position.
+  struct TokenSlot {
+    const SequenceChunk* chunk;
+    int64_t position;
+  };
+  // One unit of attention work: a run of query tokens of one sequence, one kv head.
+  struct AttentionItem {
+    int32_t sequence;
+    int32_t kv_head;
+    int32_t first_token;  // batch row
+    int32_t num_tokens;
+  };
+  struct Routing {
+    int32_t token;
+    float weight;
+  };
+
   void validate(const ForwardBatch& batch) const;
-  void attention_block(const DecoderLayerWeights& layer, int layer_index, const ForwardBatch& batch,
-                       const std::vector<float>& normed, std::vector<float>& out);
-  void mlp_block(const MlpWeights& mlp, const float* input, int64_t n, float* out);
-  void moe_block(const MoeWeights& moe, const std::vector<float>& normed, int64_t n, std::vector<float>& out);
+  void plan_batch(const ForwardBatch& batch);
+  void attention_block(const DecoderLayerWeights& layer, int layer_index, const ForwardBatch& batch, float* out);
+  // out[n, H] += MLP(input); `input` holds n rows of H.
+  void mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out);
+  void moe_block(const MoeWeights& moe, int64_t n, float* out);
 
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;  // keeps zero-copy weights mapped
   ErnieWeights weights_;
   ThreadPool& pool_;
+  KvStorage kv_storage_;
   std::vector<float> rope_inv_freq_;
   LoadReport load_report_;
+
+  // The forward pass's working memory (see forward()).
+  std::vector<float> x_, normed_, block_out_, q_, k_, v_, attended_, gate_, up_, down_, last_, logits_;
+  std::vector<float> router_logits_, expert_in_, expert_out_, probs_, scores_, chosen_weight_;
+  std::vector<int32_t> order_, chosen_expert_, expert_count_, expert_offset_;
+  std::vector<Routing> routed_;  // [E][tokens routed to it], grouped by expert
+  MatmulInput input_, expert_input_;
+  std::vector<TokenSlot> slots_;
+  std::vector<AttentionItem> attention_items_;
+  std::vector<std::vector<const void*>> key_rows_, value_rows_;
 };
 
 }  // namespace ernie

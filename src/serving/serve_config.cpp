@@ -59,7 +59,7 @@ std::vector<FlagInfo> serve_flags() {
       flag("tool-call-parser", "NAME", "ernie_x1"),
       flag("timeout-graceful-shutdown", "SECONDS", "on SIGINT/SIGTERM, wait this long for in-flight requests", "30"),
       cpu("workers", "N", "one process serves every connection with asynchronous IO"),
-      cpu("use-cudagraph", "", "the CPU engine always reuses its threads and buffers; there is no graph to capture"),
+      cpu("use-cudagraph", "", "on anyway: the CPU counterpart of a captured graph - a persistent thread pool and step buffers planned once and reused, so a step starts no thread and allocates nothing - is always used"),
       cpu("graph-optimization-config", "JSON", "the CPU engine has no graph capture; the JSON is checked and otherwise unused"),
       cpu("engine-worker-queue-port", "PORT", "the engine runs inside the server process; no worker queue port is opened"),
       cpu("cache-queue-port", "PORT", "KV cache blocks live in this process's memory; no cache transfer process runs"),
@@ -76,7 +76,6 @@ std::vector<FlagInfo> serve_flags() {
       cpu("lm_head-fp32", "", "the vocabulary projection already accumulates in fp32"),
       cpu("moe-gate-fp32", "", "the MoE router already runs in fp32"),
       cpu("model-loader-extra-config", "JSON", "checkpoints are memory-mapped; the JSON is checked and otherwise unused"),
-      later("quantization", "NAME", "quantized weights (wint8, wint4, block_wise_fp8) arrive with the quantized kernels; this server runs the checkpoint's own bf16 weights"),
       later("tensor-parallel-size", "N", "tensor parallelism over MPI arrives later; this server runs the whole model in one process"),
       later("splitwise-role", "ROLE", "prefill/decode disaggregation arrives later; this server runs as \"mixed\""),
       later("innode-prefill-ports", "PORTS", "prefill/decode disaggregation arrives later"),
@@ -122,8 +121,6 @@ void check_flag_value(const std::string& name, const std::string& value) {
   if (name == "graph-optimization-config" || name == "model-loader-extra-config" || name == "speculative-config" ||
       name == "limit-mm-per-prompt" || name == "mm-processor-kwargs")
     require_json_object(name, value);
-  if (name == "quantization")
-    check_choice(name, value, {"wint8", "wint4", "wint2", "block_wise_fp8", "w4a8", "w4afp8", "wfp8afp8", "mix_quant"});
   if (name == "splitwise-role") check_choice(name, value, {"mixed", "prefill", "decode"});
   if (name == "load-choices") check_choice(name, value, {"default", "default_v1", "new_loader", "dummy"});
   if (name == "guided-decoding-backend") check_choice(name, value, {"off", "auto", "xgrammar", "guidance"});

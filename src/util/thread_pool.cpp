@@ -1,8 +1,24 @@
 #include "util/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace ernie {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(size_t num_threads) {
   if (num_threads == 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
@@ -13,7 +29,7 @@ ThreadPool::ThreadPool(size_t num_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
   }
   work_ready_.notify_all();
   for (auto& worker : workers_) worker.join();
@@ -21,69 +37,75 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::run_chunks() {
   for (;;) {
-    size_t begin;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (next_chunk_ >= total_) return;
-      begin = next_chunk_;
-      next_chunk_ = std::min(total_, next_chunk_ + grain_);
-    }
+    const size_t begin = next_chunk_.fetch_add(grain_, std::memory_order_relaxed);
+    if (begin >= total_) return;
     const size_t end = std::min(total_, begin + grain_);
     try {
       (*body_)(begin, end);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!first_error_) first_error_ = std::current_exception();
-      next_chunk_ = total_;  // stop handing out work
+      next_chunk_.store(total_, std::memory_order_relaxed);  // stop handing out work
     }
   }
+}
+
+// Returns false when the pool is stopping.
+bool ThreadPool::wait_for_generation(uint64_t seen) {
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(kSpinSeconds);
+  for (int polls = 0; generation_.load(std::memory_order_acquire) == seen; ++polls) {
+    if (stopping_.load(std::memory_order_relaxed)) return false;
+    cpu_relax();
+    if (polls % 256 == 255 && std::chrono::steady_clock::now() > spin_until) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      ++sleeping_;
+      work_ready_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });
+      --sleeping_;
+    }
+  }
+  return !stopping_.load();
 }
 
 void ThreadPool::worker_loop() {
-  size_t seen_generation = 0;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen_generation; });
-      if (stopping_) return;
-      seen_generation = generation_;
-      ++busy_workers_;
-    }
+  uint64_t seen = 0;
+  while (wait_for_generation(seen)) {
+    // Every worker finishes every generation before the next can start, so the one it
+    // sees now is exactly seen + 1.
+    seen = generation_.load(std::memory_order_acquire);
     run_chunks();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      --busy_workers_;
-    }
-    work_done_.notify_one();
+    unfinished_workers_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
-void ThreadPool::parallel_for(size_t n, size_t grain,
-                              const std::function<void(size_t, size_t)>& body) {
+void ThreadPool::parallel_for(size_t n, size_t grain, FunctionRef<void(size_t, size_t)> body) {
   if (n == 0) return;
   if (grain == 0) grain = (n + num_threads() - 1) / num_threads();
   if (workers_.empty() || n <= grain) {
     body(0, n);
     return;
   }
+  body_ = &body;
+  total_ = n;
+  grain_ = grain;
+  first_error_ = nullptr;
+  next_chunk_.store(0, std::memory_order_relaxed);
+  unfinished_workers_.store(workers_.size(), std::memory_order_relaxed);
+  bool wake = false;
   {
+    // Publishing under the mutex pairs with a worker's check before it sleeps, so no
+    // wake-up is lost.
     std::lock_guard<std::mutex> lock(mutex_);
-    body_ = &body;
-    total_ = n;
-    grain_ = grain;
-    next_chunk_ = 0;
-    first_error_ = nullptr;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
+    wake = sleeping_ > 0;
   }
-  work_ready_.notify_all();
+  if (wake) work_ready_.notify_all();
   run_chunks();
+  // Wait for every worker to leave this generation, so `body` outlives every use.
+  while (unfinished_workers_.load(std::memory_order_acquire) != 0) cpu_relax();
+  body_ = nullptr;
   std::exception_ptr error;
   {
-    std::unique_lock<std::mutex> lock(mutex_);
-    // Workers that woke late find no chunks left and leave at once; wait for all that
-    // entered this generation so `body` outlives every use.
-    work_done_.wait(lock, [&] { return busy_workers_ == 0; });
-    body_ = nullptr;
+    std::lock_guard<std::mutex> lock(mutex_);
     error = first_error_;
   }
   if (error) std::rethrow_exception(error);

@@ -299,21 +299,22 @@ TEST_F(EngineTest, OutputLengthIsCappedByMaxModelLen) {
 
 TEST(EngineConfigTest, BlockPlanRefusesAPoolTooSmallForOneSequence) {
   ModelConfig model = load_model_config(testing::golden_model_dir("tiny-dense"));
+  const size_t kFp32Row = static_cast<size_t>(model.kv_width()) * sizeof(float);
   EngineConfig config;
   config.max_model_len = 4096;
   config.num_gpu_blocks_override = 10;
   try {
-    plan_kv_blocks(config, model, 0, 1ull << 30);
+    plan_kv_blocks(config, model, 0, kFp32Row, 1ull << 30);
     FAIL();
   } catch (const Error& error) {
     EXPECT_THAT(error.what(), HasSubstr("one --max-model-len 4096 sequence needs 64 blocks"));
   }
   config.num_gpu_blocks_override.reset();
   config.gpu_memory_utilization = 0.001;
-  EXPECT_THROW(plan_kv_blocks(config, model, 0, 1ull << 30), Error);
+  EXPECT_THROW(plan_kv_blocks(config, model, 0, kFp32Row, 1ull << 30), Error);
   config.gpu_memory_utilization = 0.5;
   // 3 layers x 2 (K, V) x 64 positions x 256 floats x 4 bytes = 384 KiB per block.
-  const int blocks = plan_kv_blocks(config, model, 100ull << 20, 1ull << 30);
+  const int blocks = plan_kv_blocks(config, model, 100ull << 20, kFp32Row, 1ull << 30);
   EXPECT_GT(blocks, 64);
   EXPECT_LT(blocks, (512 - 100) * 1024 / 384 + 1);
 }

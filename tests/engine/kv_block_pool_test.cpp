@@ -26,19 +26,19 @@ TEST(KvBlockPoolTest, AllocatesEveryBlockOnceThenRunsOut) {
 }
 
 TEST(KvBlockPoolTest, RowsOfDifferentBlocksLayersAndKindsDoNotOverlap) {
-  KvBlockPool pool(3, 8, 4, 2);
-  std::set<float*> rows;
+  KvBlockPool pool(3, 8 * sizeof(float), 4, 2);  // rows of 8 floats
+  std::set<void*> rows;
   for (BlockId block = 0; block < 2; ++block)
     for (int layer = 0; layer < 3; ++layer)
       for (int offset = 0; offset < 4; ++offset) {
         EXPECT_TRUE(rows.insert(pool.key(block, layer, offset)).second);
         EXPECT_TRUE(rows.insert(pool.value(block, layer, offset)).second);
       }
-  // Rows are kv_width apart at least: writing a whole row touches only that row.
-  float* row = pool.key(1, 2, 3);
+  // Rows are row_bytes apart at least: writing a whole row touches only that row.
+  auto* row = static_cast<float*>(pool.key(1, 2, 3));
   for (int i = 0; i < 8; ++i) row[i] = 7.0f;
-  EXPECT_EQ(pool.value(1, 2, 3)[0], 0.0f);
-  EXPECT_EQ(KvBlockPool::bytes_per_block(3, 8, 4), 2u * 3 * 4 * 8 * 4);
+  EXPECT_EQ(static_cast<float*>(pool.value(1, 2, 3))[0], 0.0f);
+  EXPECT_EQ(KvBlockPool::bytes_per_block(3, 32, 4), 2u * 3 * 4 * 32);
 }
 
 TEST(KvBlockPoolTest, CachedBlocksAreFoundByHashAndTokensAndEvictedLeastRecentlyReleasedFirst) {

@@ -1,0 +1,176 @@
+// Matmul speed per weight format at ERNIE-4.5-0.3B shapes, next to what the machine can
+// do at all:
+//   BM_MemoryRead      - all threads summing a 1 GiB buffer: the bandwidth roofline (GB/s)
+//   BM_PeakFma         - fp32 FMAs on independent registers: the float compute peak
+//   BM_PeakVnni        - int8 vpdpbusd on independent registers (AVX-512 VNNI only)
+//   BM_Matmul/...      - y = x·Wᵀ; counters GB/s (weight bytes streamed per second) and
+//                        GFLOP/s (2·n·rows·cols, integer multiply-adds counted as flops)
+// Decode (n = 1) should sit near BM_MemoryRead's GB/s; prefill (n = 512) near the peak.
+//
+// Run: build/bench/matmul_bench [--benchmark_filter=...] (2 threads = all cores here).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/quantize.h"
+#include "util/random.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+// GCC 12's AVX-512 reduction helpers start from deliberately undefined vectors and
+// then warn about them.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace ernie {
+namespace {
+
+ThreadPool& pool() {
+  static ThreadPool instance(std::thread::hardware_concurrency());
+  return instance;
+}
+
+void BM_MemoryRead(benchmark::State& state) {
+  const size_t bytes = size_t{1} << 30;
+  std::vector<uint64_t> buffer(bytes / 8, 1);
+  const size_t threads = pool().num_threads();
+  std::vector<uint64_t> sums(threads * 8);
+  for (auto _ : state) {
+    pool().parallel_for(threads, 1, [&](size_t begin, size_t) {
+      const size_t share = buffer.size() / threads;
+      const uint64_t* p = buffer.data() + begin * share;
+      uint64_t a = 0, b = 0, c = 0, d = 0;
+      for (size_t i = 0; i < share; i += 4) {
+        a += p[i];
+        b += p[i + 1];
+        c += p[i + 2];
+        d += p[i + 3];
+      }
+      sums[begin * 8] = a + b + c + d;
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * static_cast<double>(state.iterations()),
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MemoryRead)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+#if defined(__x86_64__)
+constexpr int64_t kPeakSteps = 1 << 22;
+
+__attribute__((target("avx512f"))) float peak_fma_avx512() {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(0.001f);
+  for (int64_t s = 0; s < kPeakSteps; ++s)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  __m512 total = acc[0];
+  for (int i = 1; i < 12; ++i) total = _mm512_add_ps(total, acc[i]);
+  return _mm512_reduce_add_ps(total);
+}
+
+__attribute__((target("avx512f,avx512vnni"))) int peak_vnni() {
+  __m512i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-1);
+  for (int64_t s = 0; s < kPeakSteps; ++s)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+  __m512i total = acc[0];
+  for (int i = 1; i < 12; ++i) total = _mm512_add_epi32(total, acc[i]);
+  return _mm512_reduce_add_epi32(total);
+}
+
+// Runs `body` on every thread at once and reports flops_per_call per thread as GFLOP/s.
+template <typename Body>
+void run_peak(benchmark::State& state, double flops_per_call, Body body) {
+  const size_t threads = pool().num_threads();
+  std::vector<double> sink(threads * 8);
+  for (auto _ : state) {
+    pool().parallel_for(threads, 1, [&](size_t begin, size_t) { sink[begin * 8] = body(); });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops_per_call * static_cast<double>(threads) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+void BM_PeakFma(benchmark::State& state) {
+  if (!cpu_features().avx512) return state.SkipWithError("no AVX-512 on this CPU");
+  run_peak(state, 2.0 * 16 * 12 * kPeakSteps, [] { return static_cast<double>(peak_fma_avx512()); });
+}
+BENCHMARK(BM_PeakFma)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_PeakVnni(benchmark::State& state) {
+  if (!cpu_features().avx512_vnni) return state.SkipWithError("no AVX-512 VNNI on this CPU");
+  run_peak(state, 2.0 * 64 * 12 * kPeakSteps, [] { return static_cast<double>(peak_vnni()); });
+}
+BENCHMARK(BM_PeakVnni)->Unit(benchmark::kMillisecond)->UseRealTime();
+#endif
+
+struct Operands {
+  std::vector<uint16_t> bits;
+  WeightMatrix weight;
+  std::vector<float> x, y;
+};
+
+Operands make_operands(WeightFormat format, int64_t n, int64_t rows, int64_t cols) {
+  Operands o;
+  Random random(7);
+  o.bits.resize(static_cast<size_t>(rows * cols));
+  for (uint16_t& b : o.bits) b = f32_to_bf16(static_cast<float>(random.normal() * 0.02));
+  WeightMatrix dense;
+  dense.dtype = DType::kBF16;
+  dense.rows = rows;
+  dense.cols = cols;
+  dense.data = o.bits.data();
+  o.weight = format == WeightFormat::kDense ? dense : quantize_weight(dense, format);
+  if (format != WeightFormat::kDense) o.bits = {};
+  o.x.resize(static_cast<size_t>(n * cols));
+  for (float& v : o.x) v = static_cast<float>(random.normal());
+  o.y.resize(static_cast<size_t>(n * rows));
+  return o;
+}
+
+// Args: format, n, rows, cols.
+void BM_Matmul(benchmark::State& state) {
+  const auto format = static_cast<WeightFormat>(state.range(0));
+  const int64_t n = state.range(1), rows = state.range(2), cols = state.range(3);
+  Operands o = make_operands(format, n, rows, cols);
+  MatmulInput input;
+  for (auto _ : state) {
+    // A fresh input each time, so the activation quantization is part of the cost.
+    input.reset(o.x.data(), n, cols);
+    matmul(pool(), input, o.weight, o.y.data());
+    benchmark::DoNotOptimize(o.y.data());
+  }
+  const auto iterations = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(weight_bytes(o.weight)) * iterations,
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * rows * cols) * iterations,
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(weight_format_name(format));
+}
+
+void matmul_shapes(benchmark::internal::Benchmark* b) {
+  for (WeightFormat format : {WeightFormat::kDense, WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kFp8}) {
+    const auto f = static_cast<int64_t>(format);
+    // 0.3B's MLP up projection (3072 x 1024) and down projection (1024 x 3072).
+    for (int64_t n : {1, 512}) {
+      b->Args({f, n, 3072, 1024});
+      b->Args({f, n, 1024, 3072});
+    }
+    b->Args({f, 1, 103424, 1024});  // the (tied) LM head, decode only
+  }
+  b->ArgNames({"format", "n", "rows", "cols"});
+}
+BENCHMARK(BM_Matmul)->Apply(matmul_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace ernie
+
+BENCHMARK_MAIN();

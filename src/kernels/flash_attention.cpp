@@ -1,0 +1,590 @@
+#include "kernels/flash_attention.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "kernels/cpu_features.h"
+
+// The vector helpers below are always inlined into functions compiled for one ISA, so
+// the calling-convention note GCC gives for vector arguments never applies.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace ernie {
+
+namespace {
+
+size_t int8_scales_offset(int kv_heads, int head_dim) {
+  const size_t codes = static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim);
+  return (codes + 3) & ~size_t{3};
+}
+
+}  // namespace
+
+size_t kv_row_bytes(KvStorage storage, int kv_heads, int head_dim) {
+  if (storage == KvStorage::kF32) return static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim) * sizeof(float);
+  return int8_scales_offset(kv_heads, head_dim) + static_cast<size_t>(kv_heads) * sizeof(float);
+}
+
+void store_kv_row(const float* values, int kv_heads, int head_dim, KvStorage storage, void* row) {
+  if (storage == KvStorage::kF32) {
+    std::memcpy(row, values, kv_row_bytes(storage, kv_heads, head_dim));
+    return;
+  }
+  auto* codes = static_cast<int8_t*>(row);
+  auto* scales = static_cast<uint8_t*>(row) + int8_scales_offset(kv_heads, head_dim);
+  for (int head = 0; head < kv_heads; ++head) {
+    const float* x = values + static_cast<size_t>(head) * head_dim;
+    float max_abs = 0.0f;
+    for (int d = 0; d < head_dim; ++d) max_abs = std::max(max_abs, std::fabs(x[d]));
+    const float scale = max_abs / 127.0f;
+    const float inverse = max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
+    for (int d = 0; d < head_dim; ++d) {
+      const float code = std::clamp(std::nearbyint(x[d] * inverse), -127.0f, 127.0f);
+      codes[static_cast<size_t>(head) * head_dim + d] = static_cast<int8_t>(code);
+    }
+    // memcpy: the caller promises no alignment for the row.
+    std::memcpy(scales + sizeof(float) * static_cast<size_t>(head), &scale, sizeof scale);
+  }
+}
+
+void load_kv_row(const void* row, int kv_heads, int head_dim, KvStorage storage, float* values) {
+  if (storage == KvStorage::kF32) {
+    std::memcpy(values, row, kv_row_bytes(storage, kv_heads, head_dim));
+    return;
+  }
+  const auto* codes = static_cast<const int8_t*>(row);
+  const auto* scales = static_cast<const uint8_t*>(row) + int8_scales_offset(kv_heads, head_dim);
+  for (int head = 0; head < kv_heads; ++head) {
+    float scale;
+    std::memcpy(&scale, scales + sizeof(float) * static_cast<size_t>(head), sizeof scale);
+    for (int d = 0; d < head_dim; ++d) {
+      const size_t i = static_cast<size_t>(head) * head_dim + d;
+      values[i] = static_cast<float>(codes[i]) * scale;
+    }
+  }
+}
+
+namespace {
+
+// Query rows (token x head) per tile and key positions per block. A tile's transposed Q
+// and its O accumulator (64 x 128 floats each) stay in L2 while every key block passes;
+// a block's K and V rows stay in L1/L2 while every row of the tile uses them.
+constexpr int kTileRows = 64;
+constexpr int kBlockKeys = 64;
+// Buffers start on 64-byte boundaries so whole-vector loads never split cache lines.
+constexpr size_t kAlignFloats = 16;
+
+constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// The call's arguments plus the scratch carved into buffers (see scratch_floats).
+struct Problem {
+  const void* const* key_rows;
+  const void* const* value_rows;
+  const float* q;
+  float* out;
+  int64_t q_stride, out_stride, first_position;
+  int num_queries, heads, kv_heads, kv_head, group, head_dim;
+  float scale;
+  KvStorage storage;
+  float* qt;     // the tile's queries times scale·log2(e): [head_dim][tile rows] or [tile rows][o_stride]
+  float* o;      // [tile rows][o_stride]: unnormalised output accumulator
+  float* s;      // [block keys][tile rows]: scores, then probabilities, of one block
+  float* limit;  // [tile rows]: last key position each row may see (as float: exact below 2^24)
+  float* m;      // [tile rows]: running max of the scores (log2 domain)
+  float* l;      // [tile rows]: running sum of the probabilities
+  float* alpha;  // [tile rows]: rescale factor of the current block
+  float* kf;     // [block keys][o_stride]: keys converted to fp32 (int8 rows, odd head_dim)
+  float* vf;     // [block keys][o_stride]: values likewise
+  int o_stride;  // head_dim rounded up to 16 floats
+};
+
+size_t scratch_floats(int head_dim) {
+  const size_t hd = static_cast<size_t>(head_dim), padded = round_up(hd, kAlignFloats);
+  return 2 * kTileRows * padded + kBlockKeys * kTileRows + 4 * kTileRows + 2 * kBlockKeys * padded + kAlignFloats;
+}
+
+void carve_scratch(float* base, Problem& p) {
+  auto take = [&](size_t floats) {
+    float* at = base;
+    base += round_up(floats, kAlignFloats);
+    return at;
+  };
+  const size_t hd = static_cast<size_t>(p.head_dim);
+  p.o_stride = static_cast<int>(round_up(hd, kAlignFloats));
+  const size_t padded = static_cast<size_t>(p.o_stride);
+  p.qt = take(kTileRows * padded);
+  p.o = take(kTileRows * padded);
+  p.s = take(kBlockKeys * kTileRows);
+  p.limit = take(kTileRows);
+  p.m = take(kTileRows);
+  p.l = take(kTileRows);
+  p.alpha = take(kTileRows);
+  p.kf = take(kBlockKeys * padded);
+  p.vf = take(kBlockKeys * padded);
+}
+
+#define ERNIE_INLINE [[gnu::always_inline]] inline
+
+// Portable SIMD through GCC/Clang vector types, as in matmul.cpp: the same source becomes
+// SSE, AVX2 or AVX-512 code depending on the target of the function it is inlined into.
+typedef float v4f __attribute__((vector_size(16)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+template <typename F, typename I>
+struct Lanes {
+  using Float = F;
+  using Int = I;
+  static constexpr int kWidth = sizeof(F) / sizeof(float);
+
+  ERNIE_INLINE static F load(const float* p) {
+    F v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  ERNIE_INLINE static void store(float* p, F v) { std::memcpy(p, &v, sizeof v); }
+  // For constants only. Run-time scalars are broadcast by writing `scalar * vector`, which
+  // GCC turns into vbroadcastss or an embedded {1toN} operand; a splat helper for them
+  // costs an extra add (F{} + x: 0 + -0 is +0) or a trip through memory.
+  ERNIE_INLINE static F constant(float x) { return F{} + x; }
+  ERNIE_INLINE static F max(F a, F b) { return a > b ? a : b; }
+};
+
+using L4 = Lanes<v4f, v4i>;
+using L8 = Lanes<v8f, v8i>;
+using L16 = Lanes<v16f, v16i>;
+
+// 2^t for t <= 0; anything below -127 (including -inf, the masked scores) gives 0.
+// t = n + f with n integer and |f| <= 1/2; 2^f from its Taylor series to degree 7
+// (truncation error below 6e-9 relative, so the result is within a few ulp), 2^n built in
+// the exponent bits. Scores are kept in the log2 domain (q is pre-multiplied by log2(e)),
+// so this is exp() of the natural-log scores without an extra multiply.
+template <typename L>
+ERNIE_INLINE typename L::Float exp2_nonpositive(typename L::Float t) {
+  using F = typename L::Float;
+  using I = typename L::Int;
+  const F lowest = L::constant(-127.0f);
+  t = t < lowest ? lowest : t;
+  // Adding and subtracting 1.5·2^23 rounds to the nearest integer (|t| is far below 2^22).
+  const F shifter = L::constant(12582912.0f);
+  const F n = (t + shifter) - shifter;
+  const F f = t - n;
+  F p = L::constant(1.5252733804059838e-05f);
+  p = p * f + 1.5403530393381606e-04f;
+  p = p * f + 1.3333558146428441e-03f;
+  p = p * f + 9.618129107628477e-03f;
+  p = p * f + 5.5504108664821576e-02f;
+  p = p * f + 2.402265069591007e-01f;
+  p = p * f + 6.931471805599453e-01f;
+  p = p * f + 1.0f;
+  // n = -127 gives a zero exponent field, i.e. 2^n flushed to 0: exactly what masked
+  // positions need.
+  const I bits = (__builtin_convertvector(n, I) + 127) << 23;
+  F power;
+  std::memcpy(&power, &bits, sizeof power);
+  return p * power;
+}
+
+// Sum of each of W accumulators, transposed into one vector (lane n = Σ lanes of x[n]).
+// Each level folds pairs of vectors: u takes the low half of every 2H-lane block of a and
+// of b, v the high halves, and u + v keeps H partial sums of a beside H of b per block.
+// After log2(W) levels lane l holds the sum of input bit_reverse(l), so inputs go in
+// bit-reversed order.
+template <int W, int H>
+constexpr int fold_low(int i) {
+  return (i % (2 * H) < H ? 0 : W - H) + i / (2 * H) * 2 * H + i % (2 * H);
+}
+template <int W, int H>
+constexpr int fold_high(int i) {
+  return fold_low<W, H>(i) + H;
+}
+template <typename F, int W, int H, size_t... I>
+ERNIE_INLINE F fold_pair(F a, F b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, fold_low<W, H>(I)...) + __builtin_shufflevector(a, b, fold_high<W, H>(I)...);
+}
+constexpr int bit_reverse(int i, int width) {
+  int r = 0;
+  for (int bit = 1; bit < width; bit <<= 1) r = (r << 1) | ((i & bit) ? 1 : 0);
+  return r;
+}
+template <typename L, int H>
+ERNIE_INLINE void fold_levels(typename L::Float* v) {
+  for (int i = 0; i < H; ++i)
+    v[i] = fold_pair<typename L::Float, L::kWidth, H>(v[2 * i], v[2 * i + 1], std::make_index_sequence<L::kWidth>());
+  if constexpr (H > 1) fold_levels<L, H / 2>(v);
+}
+template <typename L>
+ERNIE_INLINE typename L::Float transpose_sum(const typename L::Float* x) {
+  constexpr int W = L::kWidth;
+  typename L::Float v[W];
+  for (int m = 0; m < W; ++m) v[m] = x[bit_reverse(m, W)];
+  if constexpr (W > 1) fold_levels<L, W / 2>(v);
+  return v[0];
+}
+
+// How the scores S = Q·Kᵀ of a block are computed.
+//   kOuter: vectorised over query rows. Q is stored transposed; per head_dim element, one
+//           load per row vector and one broadcast per key. Best with many rows (prefill).
+//   kDot:   vectorised over head_dim, a few rows x keys of dot products reduced together
+//           by transpose_sum. For decode, where rows are one token's group of heads: fewer
+//           instructions than kOuter with half-empty row vectors.
+enum class Scores { kOuter, kDot };
+
+// Register blocking of one ISA. Row vectors hold `Row::kWidth` query rows (the softmax is
+// vectorised over rows); dim vectors hold `Dim::kWidth` head_dim values (P·V is
+// vectorised over head_dim).
+//   kOuter S tile: QkRows row vectors x QkKeys keys of accumulators.
+//   kDot S tile:   QkRows rows x QkKeys keys dot products, QkRows·QkKeys = Dim::kWidth.
+//   PV tile:       PvRows rows x PvVecs dim vectors of accumulators; per key, PvVecs V loads
+//                  and PvRows broadcasts of P.
+template <typename RowLanes, typename DimLanes, Scores Mode, int QkRows, int QkKeys, int PvRows, int PvVecs>
+struct Config {
+  using Row = RowLanes;
+  using Dim = DimLanes;
+  static constexpr Scores kScores = Mode;
+  static constexpr int kQkRows = QkRows;
+  static constexpr int kQkKeys = QkKeys;
+  static constexpr int kPvRows = PvRows;
+  static constexpr int kPvVecs = PvVecs;
+  // Tiles are padded to a multiple of this many rows.
+  static constexpr int kRowAlign = Mode == Scores::kDot && QkRows > Row::kWidth ? QkRows : Row::kWidth;
+  static_assert(kBlockKeys % kQkKeys == 0, "blocks are padded to whole key groups");
+  static_assert(kRowAlign % kPvRows == 0 && kRowAlign % Row::kWidth == 0, "row groups must tile the padded rows");
+  static_assert(Mode == Scores::kOuter || (kRowAlign % kQkRows == 0 && kQkRows * kQkKeys == Dim::kWidth));
+  static_assert(kTileRows % kRowAlign == 0 && Dim::kWidth <= static_cast<int>(kAlignFloats));
+};
+
+// kOuter: S[j][rows] = Qt[·][rows] · k_j for the row vectors rv0 .. rv0+RV-1 of the tile.
+template <typename C, int RV>
+ERNIE_INLINE void outer_scores(const float* qt, int t_pad, int rv0, const float* const* krow, int nb_pad, int head_dim,
+                               float* s) {
+  using R = typename C::Row;
+  using F = typename R::Float;
+  constexpr int W = R::kWidth, KB = C::kQkKeys;
+  for (int j0 = 0; j0 < nb_pad; j0 += KB) {
+    F acc[KB][RV];
+    for (int k = 0; k < KB; ++k)
+      for (int b = 0; b < RV; ++b) acc[k][b] = F{};
+    const float* qcol = qt + rv0 * W;
+    for (int d = 0; d < head_dim; ++d, qcol += t_pad) {
+      F qv[RV];
+      for (int b = 0; b < RV; ++b) qv[b] = R::load(qcol + b * W);
+      for (int k = 0; k < KB; ++k)
+        for (int b = 0; b < RV; ++b) acc[k][b] += krow[j0 + k][d] * qv[b];
+    }
+    for (int k = 0; k < KB; ++k)
+      for (int b = 0; b < RV; ++b) R::store(s + (j0 + k) * t_pad + (rv0 + b) * W, acc[k][b]);
+  }
+}
+
+// kDot: S[j][r0 .. r0+RB) = q_r · k_j with q rows [row][q_stride], keys and queries both
+// zero padded to hd_vec.
+template <typename C>
+ERNIE_INLINE void dot_scores(const float* qrows, int q_stride, int r0, const float* const* krow, int nb_pad,
+                             int hd_vec, int t_pad, float* s) {
+  using D = typename C::Dim;
+  using F = typename D::Float;
+  constexpr int W = D::kWidth, RB = C::kQkRows, KB = C::kQkKeys;
+  for (int j0 = 0; j0 < nb_pad; j0 += KB) {
+    F acc[KB * RB];  // [key][row], the lane order transpose_sum returns
+    for (int n = 0; n < KB * RB; ++n) acc[n] = F{};
+    for (int c = 0; c < hd_vec; c += W) {
+      F kv[KB];
+      for (int k = 0; k < KB; ++k) kv[k] = D::load(krow[j0 + k] + c);
+      for (int r = 0; r < RB; ++r) {
+        const F qv = D::load(qrows + (r0 + r) * q_stride + c);
+        for (int k = 0; k < KB; ++k) acc[k * RB + r] += qv * kv[k];
+      }
+    }
+    float sums[W];
+    const F total = transpose_sum<D>(acc);
+    std::memcpy(sums, &total, sizeof total);
+    for (int k = 0; k < KB; ++k) std::memcpy(s + (j0 + k) * t_pad + r0, sums + k * RB, sizeof(float) * RB);
+  }
+}
+
+// Online softmax over one block: masks keys past each row's limit (when `masked`), raises
+// the running max, turns scores into probabilities in place, and leaves in alpha the
+// factor by which the rows' earlier accumulation must shrink.
+template <typename C>
+ERNIE_INLINE void softmax_block(const Problem& p, int t_pad, int nb_pad, int64_t k0, bool masked) {
+  using R = typename C::Row;
+  using F = typename R::Float;
+  constexpr int W = R::kWidth;
+  const F minus_infinity = R::constant(-std::numeric_limits<float>::infinity());
+  for (int r = 0; r < t_pad; r += W) {
+    float* column = p.s + r;
+    F block_max = minus_infinity;
+    if (masked) {
+      const F limit = R::load(p.limit + r);
+      for (int j = 0; j < nb_pad; ++j) {
+        F score = R::load(column + j * t_pad);
+        score = limit < static_cast<float>(k0 + j) ? minus_infinity : score;
+        R::store(column + j * t_pad, score);
+        block_max = R::max(block_max, score);
+      }
+    } else {
+      for (int j = 0; j < nb_pad; ++j) block_max = R::max(block_max, R::load(column + j * t_pad));
+    }
+    // Every row sees key 0, so after the first block the max is finite and the subtraction
+    // below never meets inf - inf.
+    const F old_max = R::load(p.m + r);
+    const F new_max = R::max(old_max, block_max);
+    const F alpha = exp2_nonpositive<R>(old_max - new_max);
+    F sum = F{};
+    for (int j = 0; j < nb_pad; ++j) {
+      const F prob = exp2_nonpositive<R>(R::load(column + j * t_pad) - new_max);
+      R::store(column + j * t_pad, prob);
+      sum += prob;
+    }
+    R::store(p.l + r, R::load(p.l + r) * alpha + sum);
+    R::store(p.m + r, new_max);
+    R::store(p.alpha + r, alpha);
+  }
+}
+
+// O[r0 .. r0+PR)[c0 .. c0+DC·width) = alpha·O + P·V over the block.
+template <typename C, int PR, int DC>
+ERNIE_INLINE void accumulate_block(const Problem& p, int t_pad, int r0, const float* const* vrow, int nb_pad, int c0) {
+  using D = typename C::Dim;
+  using F = typename D::Float;
+  constexpr int W = D::kWidth;
+  F acc[PR][DC];
+  for (int i = 0; i < PR; ++i)
+    for (int c = 0; c < DC; ++c) acc[i][c] = D::load(p.o + (r0 + i) * p.o_stride + c0 + c * W) * p.alpha[r0 + i];
+  for (int j = 0; j < nb_pad; ++j) {
+    F v[DC];
+    for (int c = 0; c < DC; ++c) v[c] = D::load(vrow[j] + c0 + c * W);
+    const float* probs = p.s + j * t_pad + r0;
+    for (int i = 0; i < PR; ++i)
+      for (int c = 0; c < DC; ++c) acc[i][c] += probs[i] * v[c];
+  }
+  for (int i = 0; i < PR; ++i)
+    for (int c = 0; c < DC; ++c) D::store(p.o + (r0 + i) * p.o_stride + c0 + c * W, acc[i][c]);
+}
+
+// One kv head's part of a cached row as fp32 in `dst`, zero padded to `padded` floats.
+ERNIE_INLINE void stage_row(const Problem& p, const void* row, int padded, float* __restrict dst) {
+  const int hd = p.head_dim;
+  if (p.storage == KvStorage::kF32) {
+    const float* src = static_cast<const float*>(row) + static_cast<size_t>(p.kv_head) * hd;
+    std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(hd));
+  } else {
+    const int8_t* __restrict codes = static_cast<const int8_t*>(row) + static_cast<size_t>(p.kv_head) * hd;
+    float scale;
+    std::memcpy(&scale,
+                static_cast<const uint8_t*>(row) + int8_scales_offset(p.kv_heads, hd) + sizeof(float) * p.kv_head,
+                sizeof scale);
+    // A plain loop on purpose: GCC's vectoriser widens int8 with whole-register
+    // vpmovsxbw/vpmovsxwd, while __builtin_convertvector on int8 vectors splits into many
+    // shuffles (GCC 12).
+    for (int d = 0; d < hd; ++d) dst[d] = static_cast<float>(codes[d]) * scale;
+  }
+  for (int d = hd; d < padded; ++d) dst[d] = 0.0f;
+}
+
+// Row r of a tile: query token r / group, head r % group of the kv head's group.
+struct RowHead {
+  int64_t token;
+  int head;
+};
+inline RowHead row_head(const Problem& p, int64_t row) {
+  return {row / p.group, p.kv_head * p.group + static_cast<int>(row % p.group)};
+}
+
+// Loads the tile's queries times scale·log2(e) (so scores are in the log2 domain) into
+// p.qt, transposed for kOuter, row-major with p.o_stride for kDot; padding rows are zero.
+// Also sets each row's causal limit and resets the running max and sum.
+template <typename C>
+ERNIE_INLINE void load_queries(const Problem& p, int64_t r0, int rows, int t_pad, int64_t max_limit) {
+  const int hd = p.head_dim;
+  const float factor = p.scale * 1.4426950408889634f;
+  for (int r = 0; r < t_pad; ++r) {
+    const float* src = nullptr;
+    if (r < rows) {
+      const RowHead at = row_head(p, r0 + r);
+      src = p.q + at.token * p.q_stride + static_cast<int64_t>(at.head) * hd;
+      p.limit[r] = static_cast<float>(p.first_position + at.token);
+    } else {
+      // Padding rows see what the tile's last row sees, so they stay finite; they are
+      // never written out.
+      p.limit[r] = static_cast<float>(max_limit);
+    }
+    if constexpr (C::kScores == Scores::kOuter) {
+      for (int d = 0; d < hd; ++d) p.qt[d * t_pad + r] = src != nullptr ? src[d] * factor : 0.0f;
+    } else {
+      float* dst = p.qt + static_cast<size_t>(r) * p.o_stride;
+      for (int d = 0; d < p.o_stride; ++d) dst[d] = src != nullptr && d < hd ? src[d] * factor : 0.0f;
+    }
+    p.m[r] = -std::numeric_limits<float>::infinity();
+    p.l[r] = 0.0f;
+  }
+}
+
+// Points krow/vrow at keys k0 .. k0+nb-1 for this kv head, converting them into scratch
+// when staged, then pads to nb_pad with copies of the last row. Padding keys lie past
+// every row's limit (the last block ends at the tile's last visible key), so the mask
+// zeroes their probabilities.
+ERNIE_INLINE void gather_block(const Problem& p, int64_t k0, int nb, int nb_pad, bool staged, int hd_vec,
+                               const float** krow, const float** vrow) {
+  for (int j = 0; j < nb; ++j) {
+    const void* key = p.key_rows[k0 + j];
+    const void* value = p.value_rows[k0 + j];
+    if (staged) {
+      float* kdst = p.kf + static_cast<size_t>(j) * p.o_stride;
+      float* vdst = p.vf + static_cast<size_t>(j) * p.o_stride;
+      stage_row(p, key, hd_vec, kdst);
+      stage_row(p, value, hd_vec, vdst);
+      krow[j] = kdst;
+      vrow[j] = vdst;
+    } else {
+      krow[j] = static_cast<const float*>(key) + static_cast<size_t>(p.kv_head) * p.head_dim;
+      vrow[j] = static_cast<const float*>(value) + static_cast<size_t>(p.kv_head) * p.head_dim;
+    }
+  }
+  for (int j = nb; j < nb_pad; ++j) {
+    krow[j] = krow[nb - 1];
+    vrow[j] = vrow[nb - 1];
+  }
+}
+
+// Rows of a tile with at least this many are staged even from fp32 rows: the copy is
+// shared by all of them, and cache rows sit at a power-of-two stride (all kv heads, every
+// position) that crowds a few L1 sets and is rarely 64-byte aligned.
+constexpr int kStageRows = 16;
+
+// Rows r0 .. r0+rows-1 of the problem (row = token·group + head in group).
+template <typename C>
+ERNIE_INLINE void attend_tile(const Problem& p, int64_t r0, int rows) {
+  using D = typename C::Dim;
+  constexpr int KB = C::kQkKeys, PR = C::kPvRows, DC = C::kPvVecs;
+  const int hd = p.head_dim;
+  const int t_pad = static_cast<int>(round_up(static_cast<size_t>(rows), C::kRowAlign));
+  const int pv_rows = static_cast<int>(round_up(static_cast<size_t>(rows), PR));
+  // Values (and kDot keys) are read in whole dim vectors; rows whose head_dim is not a
+  // multiple are staged zero padded, like int8 rows.
+  const int hd_vec = static_cast<int>(round_up(static_cast<size_t>(hd), D::kWidth));
+  const bool staged = p.storage != KvStorage::kF32 || hd_vec != hd || rows >= kStageRows;
+  const int64_t min_limit = p.first_position + r0 / p.group;
+  const int64_t max_limit = p.first_position + (r0 + rows - 1) / p.group;
+
+  load_queries<C>(p, r0, rows, t_pad, max_limit);
+  std::fill(p.o, p.o + static_cast<size_t>(pv_rows) * p.o_stride, 0.0f);
+
+  const float* krow[kBlockKeys];
+  const float* vrow[kBlockKeys];
+  const int64_t n_keys = max_limit + 1;  // keys past the last row's limit are never visited
+  for (int64_t k0 = 0; k0 < n_keys; k0 += kBlockKeys) {
+    const int nb = static_cast<int>(std::min<int64_t>(kBlockKeys, n_keys - k0));
+    const int nb_pad = static_cast<int>(round_up(static_cast<size_t>(nb), KB));
+    gather_block(p, k0, nb, nb_pad, staged, hd_vec, krow, vrow);
+
+    if constexpr (C::kScores == Scores::kOuter) {
+      constexpr int QR = C::kQkRows, W = C::Row::kWidth;
+      int rv = 0;
+      for (; rv + QR <= t_pad / W; rv += QR) outer_scores<C, QR>(p.qt, t_pad, rv, krow, nb_pad, hd, p.s);
+      for (; rv < t_pad / W; ++rv) outer_scores<C, 1>(p.qt, t_pad, rv, krow, nb_pad, hd, p.s);
+    } else {
+      for (int r = 0; r < t_pad; r += C::kQkRows) dot_scores<C>(p.qt, p.o_stride, r, krow, nb_pad, hd_vec, t_pad, p.s);
+    }
+
+    softmax_block<C>(p, t_pad, nb_pad, k0, k0 + nb_pad - 1 > min_limit);
+
+    for (int r = 0; r < pv_rows; r += PR) {
+      int c = 0;
+      for (; c + DC * D::kWidth <= hd_vec; c += DC * D::kWidth) accumulate_block<C, PR, DC>(p, t_pad, r, vrow, nb_pad, c);
+      for (; c < hd_vec; c += D::kWidth) accumulate_block<C, PR, 1>(p, t_pad, r, vrow, nb_pad, c);
+    }
+  }
+
+  for (int r = 0; r < rows; ++r) {
+    const RowHead at = row_head(p, r0 + r);
+    float* dst = p.out + at.token * p.out_stride + static_cast<int64_t>(at.head) * hd;
+    const float* src = p.o + static_cast<size_t>(r) * p.o_stride;
+    const float inverse = 1.0f / p.l[r];
+    for (int d = 0; d < hd; ++d) dst[d] = src[d] * inverse;
+  }
+}
+
+template <typename C>
+ERNIE_INLINE void attend(const Problem& p) {
+  // Rows are token-major, so a tile's rows have nearly the same causal limit and only the
+  // last block or two of each tile needs masking.
+  const int64_t total_rows = static_cast<int64_t>(p.num_queries) * p.group;
+  for (int64_t r0 = 0; r0 < total_rows; r0 += kTileRows)
+    attend_tile<C>(p, r0, static_cast<int>(std::min<int64_t>(kTileRows, total_rows - r0)));
+}
+
+int64_t total_rows(const Problem& p) { return static_cast<int64_t>(p.num_queries) * p.group; }
+
+using Kernel = void (*)(const Problem&);
+
+void attend_generic(const Problem& p) { attend<Config<L4, L4, Scores::kOuter, 2, 4, 4, 2>>(p); }
+
+#if defined(__x86_64__)
+// Up to 8 rows (decode of one token: the group of heads) take kDot scores.
+__attribute__((target("avx2,fma"))) void attend_avx2(const Problem& p) {
+  if (total_rows(p) <= 8) attend<Config<L4, L8, Scores::kDot, 4, 2, 4, 2>>(p);
+  else attend<Config<L8, L8, Scores::kOuter, 2, 4, 4, 2>>(p);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"))) void attend_avx512(const Problem& p) {
+  if (total_rows(p) <= 8) attend<Config<L8, L16, Scores::kDot, 8, 2, 4, 4>>(p);
+  else attend<Config<L16, L16, Scores::kOuter, 2, 8, 4, 4>>(p);
+}
+#endif
+
+Kernel select_kernel() {
+#if defined(__x86_64__)
+  switch (active_isa_level()) {
+    case IsaLevel::kAvx512: return attend_avx512;
+    case IsaLevel::kAvx2: return attend_avx2;
+    case IsaLevel::kGeneric: break;
+  }
+#endif
+  return attend_generic;
+}
+
+}  // namespace
+
+void causal_attention_group(const AttentionShape& shape, const void* const* key_rows, const void* const* value_rows,
+                            int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
+                            float* out, int64_t out_stride, AttentionScratch& scratch) {
+  assert(shape.head_dim >= 1 && shape.kv_heads >= 1 && shape.heads % shape.kv_heads == 0);
+  assert(kv_head >= 0 && kv_head < shape.kv_heads && first_position >= 0);
+  if (num_queries <= 0) return;
+  static const Kernel kernel = select_kernel();
+
+  const size_t needed = scratch_floats(shape.head_dim);
+  if (scratch.storage.size() < needed) scratch.storage.resize(needed);
+  const auto address = reinterpret_cast<uintptr_t>(scratch.storage.data());
+  const uintptr_t aligned = (address + kAlignFloats * sizeof(float) - 1) & ~(kAlignFloats * sizeof(float) - 1);
+
+  Problem p{};
+  p.key_rows = key_rows;
+  p.value_rows = value_rows;
+  p.q = q;
+  p.out = out;
+  p.q_stride = q_stride;
+  p.out_stride = out_stride;
+  p.first_position = first_position;
+  p.num_queries = num_queries;
+  p.heads = shape.heads;
+  p.kv_heads = shape.kv_heads;
+  p.kv_head = kv_head;
+  p.group = shape.heads / shape.kv_heads;
+  p.head_dim = shape.head_dim;
+  p.scale = shape.scale;
+  p.storage = shape.storage;
+  carve_scratch(reinterpret_cast<float*>(aligned), p);
+  kernel(p);
+}
+
+}  // namespace ernie

@@ -1,0 +1,161 @@
+#include "model/quantization.h"
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/quantize.h"
+#include "util/error.h"
+
+namespace ernie {
+namespace {
+
+constexpr const char* kAccepted =
+    "wint8, wint4, block_wise_fp8, or mix_quant JSON such as "
+    "'{\"quantization\":\"mix_quant\",\"dense_quant_type\":\"wint8\",\"moe_quant_type\":\"wint4\","
+    "\"kv_cache_quant_type\":\"int8\"}'";
+
+WeightFormat weight_format_or_fail(std::string_view name, std::string_view what) {
+  const std::optional<WeightFormat> format = parse_weight_format(name);
+  if (format) return *format;
+  static constexpr std::string_view kFastDeployOnly[] = {"wint2",      "weight_only",     "w4afp8", "w8a8",
+                                                         "w4a8",       "wfp8afp8",        "kvcache",
+                                                         "modelopt_fp4", "tensor_wise_fp8", "mxfp4"};
+  for (std::string_view known : kFastDeployOnly)
+    if (name == known)
+      fail(what, " \"", name, "\" is a FastDeploy GPU scheme ernie.cpp does not run on CPUs; use ", kAccepted);
+  fail(what, " \"", name, "\" is not a quantization ernie.cpp knows; use ", kAccepted);
+}
+
+KvStorage kv_storage_or_fail(std::string_view name) {
+  if (name == "int8") return KvStorage::kInt8;
+  if (name.empty() || name == "none" || name == "float32") return KvStorage::kF32;
+  fail("kv_cache_quant_type \"", name,
+       "\" is not supported; ernie.cpp keeps the KV cache in fp32 or, with \"int8\", in int8 with one dynamic scale "
+       "per token and kv head");
+}
+
+std::string string_field(const nlohmann::json& object, const char* key) {
+  if (!object.contains(key)) return "";
+  if (!object[key].is_string()) fail("--quantization: \"", key, "\" must be a string");
+  return object[key].get<std::string>();
+}
+
+QuantizationPlan uniform(WeightFormat format, bool quantize_head) {
+  QuantizationPlan plan;
+  plan.dense = plan.experts = format;
+  if (quantize_head && format != WeightFormat::kDense)
+    plan.head = format == WeightFormat::kFp8 ? WeightFormat::kFp8 : WeightFormat::kInt8;
+  return plan;
+}
+
+}  // namespace
+
+bool QuantizationPlan::quantizes_weights() const {
+  return dense != WeightFormat::kDense || experts != WeightFormat::kDense || head != WeightFormat::kDense;
+}
+
+std::string QuantizationPlan::describe() const {
+  return str_cat("dense layers ", weight_format_name(dense), ", experts ", weight_format_name(experts), ", LM head ",
+                 weight_format_name(head), ", KV cache ", kv_cache == KvStorage::kInt8 ? "int8" : "fp32");
+}
+
+QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& config, bool quantize_head) {
+  if (value.empty() || value == "none" || value == "bf16") return {};
+  if (value.front() == '{') {
+    nlohmann::json object;
+    try {
+      object = nlohmann::json::parse(value);
+    } catch (const nlohmann::json::exception& e) {
+      fail("--quantization is not valid JSON (", e.what(), "); expected ", kAccepted);
+    }
+    if (!object.is_object()) fail("--quantization JSON must be an object; expected ", kAccepted);
+    for (const auto& [key, unused] : object.items())
+      if (key != "quantization" && key != "dense_quant_type" && key != "moe_quant_type" &&
+          key != "kv_cache_quant_type")
+        fail("--quantization: unknown key \"", key,
+             "\"; mix_quant takes quantization, dense_quant_type, moe_quant_type and kv_cache_quant_type");
+    const std::string scheme = string_field(object, "quantization");
+    if (!scheme.empty() && scheme != "mix_quant") {
+      QuantizationPlan plan = uniform(weight_format_or_fail(scheme, "--quantization"), quantize_head);
+      plan.kv_cache = kv_storage_or_fail(string_field(object, "kv_cache_quant_type"));
+      return plan;
+    }
+    QuantizationPlan plan;
+    plan.dense = weight_format_or_fail(string_field(object, "dense_quant_type"), "dense_quant_type");
+    const std::string moe = string_field(object, "moe_quant_type");
+    plan.experts = moe.empty() ? plan.dense : weight_format_or_fail(moe, "moe_quant_type");
+    if (quantize_head && plan.dense != WeightFormat::kDense)
+      plan.head = plan.dense == WeightFormat::kFp8 ? WeightFormat::kFp8 : WeightFormat::kInt8;
+    plan.kv_cache = kv_storage_or_fail(string_field(object, "kv_cache_quant_type"));
+    return plan;
+  }
+  const WeightFormat format = weight_format_or_fail(value, "--quantization");
+  QuantizationPlan plan = uniform(format, quantize_head);
+  // FastDeploy rewrites wint4 on ERNIE MoE models to dense wint8 + experts wint4.
+  if (format == WeightFormat::kInt4 && config.moe) plan.dense = WeightFormat::kInt8;
+  return plan;
+}
+
+namespace {
+
+// The part of the model a Linear belongs to, which decides its format.
+enum class LinearRole { kDense, kExpert, kHead };
+
+// Calls visit(matrix, role) for every Linear weight (not the embedding or the router).
+template <typename Weights, typename Visit>
+void for_each_linear(Weights& weights, Visit visit) {
+  auto visit_mlp = [&](auto& mlp, LinearRole role) {
+    visit(mlp.gate, role);
+    visit(mlp.up, role);
+    visit(mlp.down, role);
+  };
+  auto visit_layer = [&](auto& layer) {
+    visit(layer.attention.q, LinearRole::kDense);
+    visit(layer.attention.k, LinearRole::kDense);
+    visit(layer.attention.v, LinearRole::kDense);
+    visit(layer.attention.o, LinearRole::kDense);
+    if (layer.mlp) visit_mlp(*layer.mlp, LinearRole::kDense);
+    if (layer.moe) {
+      for (auto& expert : layer.moe->experts) visit_mlp(expert, LinearRole::kExpert);
+      if (layer.moe->shared) visit_mlp(*layer.moe->shared, LinearRole::kDense);
+    }
+  };
+  for (auto& layer : weights.layers) visit_layer(layer);
+  for (auto& mtp : weights.mtp) {
+    visit(mtp.linear_projection, LinearRole::kDense);
+    visit_layer(mtp.block);
+  }
+  visit(weights.lm_head, LinearRole::kHead);
+}
+
+}  // namespace
+
+int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool) {
+  std::vector<std::pair<WeightMatrix*, WeightFormat>> work;
+  for_each_linear(weights, [&](WeightMatrix& matrix, LinearRole role) {
+    const WeightFormat format = role == LinearRole::kDense    ? plan.dense
+                                : role == LinearRole::kExpert ? plan.experts
+                                                              : plan.head;
+    if (format != WeightFormat::kDense) work.push_back({&matrix, format});
+  });
+  std::vector<char> kept_dense(work.size(), 0);
+  pool.parallel_for(work.size(), 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      auto& [matrix, format] = work[i];
+      if (can_quantize(*matrix, format)) *matrix = quantize_weight(*matrix, format);
+      else kept_dense[i] = 1;
+    }
+  });
+  int kept = 0;
+  for (char k : kept_dense) kept += k;
+  return kept;
+}
+
+uint64_t resident_weight_bytes(const ErnieWeights& weights) {
+  uint64_t total = weight_bytes(weights.embedding);
+  for_each_linear(weights, [&](const WeightMatrix& matrix, LinearRole) {
+    if (matrix.data != weights.embedding.data) total += weight_bytes(matrix);
+  });
+  return total;
+}
+
+}  // namespace ernie

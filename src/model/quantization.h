@@ -1,0 +1,50 @@
+// What --quantization means for an ERNIE model, with FastDeploy's spelling and rules
+// (reference §8), and applying it to loaded weights.
+//
+//   wint8           every Linear int8 (per output channel)
+//   wint4           dense models: every Linear int4 (group-wise); MoE models: FastDeploy's
+//                   rule, dense layers wint8 and routed experts wint4
+//   block_wise_fp8  every Linear FP8 e4m3 with 128x128 block scales
+//   {"quantization":"mix_quant","dense_quant_type":..,"moe_quant_type":..,
+//    "kv_cache_quant_type":"int8"}   per-part choice, FastDeploy's JSON form
+// The embedding stays bf16 and the router fp32. Unlike FastDeploy, the LM head is
+// quantized too (int8, or fp8 under block_wise_fp8): on a CPU decode streams it every
+// token and it is a third of the 0.3B model; ERNIE_QUANTIZE_LM_HEAD=0 keeps it bf16.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "kernels/flash_attention.h"
+#include "model/config.h"
+#include "model/ernie_weights.h"
+#include "tensor/weight_matrix.h"
+#include "util/thread_pool.h"
+
+namespace ernie {
+
+struct QuantizationPlan {
+  WeightFormat dense = WeightFormat::kDense;    // attention, dense MLPs, shared experts, MTP
+  WeightFormat experts = WeightFormat::kDense;  // routed MoE experts
+  WeightFormat head = WeightFormat::kDense;     // the LM head
+  KvStorage kv_cache = KvStorage::kF32;
+
+  bool quantizes_weights() const;
+  // e.g. "dense wint8, experts wint4, LM head wint8, KV cache int8".
+  std::string describe() const;
+};
+
+// Parses the --quantization value (a name or mix_quant JSON) for this model; an empty
+// value means unquantized. `quantize_head` is ERNIE_QUANTIZE_LM_HEAD. Throws
+// ernie::Error naming the accepted values otherwise.
+QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& config, bool quantize_head = true);
+
+// Replaces the weights the plan names by quantized copies (in parallel on `pool`).
+// Matrices a format cannot hold (input width not a multiple of 32 for the integer
+// formats) stay bf16; the count of those is returned so the caller can say so.
+int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool);
+
+// Bytes of every weight matrix as the kernels hold them (the tied head counted once).
+uint64_t resident_weight_bytes(const ErnieWeights& weights);
+
+}  // namespace ernie

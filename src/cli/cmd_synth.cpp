@@ -37,7 +37,7 @@ void apply_int_overrides(const ParsedArgs& args, SyntheticModelSpec& spec) {
 int synth_command(int argc, char** argv) {
   std::vector<OptionSpec> options = {
       {"out", "DIR", "directory to write (created if needed)", ""},
-      {"preset", "NAME", "base shape: tiny-dense, tiny-moe, 0.3b, 21b-a3b", "tiny-dense"},
+      {"preset", "NAME", "base shape: tiny-dense, tiny-moe, 0.3b, 21b-a3b, moe-scaled", "tiny-dense"},
       {"layout", "pt|paddle", "checkpoint layout: PT (model.*, [out,in]) or Paddle (ernie.*, [in,out], fused)", "pt"},
       {"shards", "N", "number of safetensors shards (1 = model.safetensors)", "1"},
       {"seed", "S", "weights depend only on the seed and the shapes", "1"},

@@ -70,9 +70,9 @@ void load_kv_row(const void* row, int kv_heads, int head_dim, KvStorage storage,
 
 namespace {
 
-// Query rows (token x head) per tile and key positions per block. A tile's transposed Q
-// and its O accumulator (64 x 128 floats each) stay in L2 while every key block passes;
-// a block's K and V rows stay in L1/L2 while every row of the tile uses them.
+// Query rows (token x head) per tile and key positions per block. A tile's Q and its O
+// accumulator (64 x 128 floats each) stay in L1/L2 while every key block passes; a
+// block's K and V rows stay in L1/L2 while every row of the tile uses them.
 constexpr int kTileRows = 64;
 constexpr int kBlockKeys = 64;
 // Buffers start on 64-byte boundaries so whole-vector loads never split cache lines.
@@ -80,14 +80,14 @@ constexpr size_t kAlignFloats = 16;
 
 constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// The call's arguments plus the scratch carved into buffers (see scratch_floats).
+// The call's arguments plus the scratch carved into buffers (see carve_scratch).
 struct Problem {
   const void* const* key_rows;
   const void* const* value_rows;
   const float* q;
   float* out;
   int64_t q_stride, out_stride, first_position;
-  int num_queries, heads, kv_heads, kv_head, group, head_dim;
+  int num_queries, kv_heads, kv_head, group, head_dim;
   float scale;
   KvStorage storage;
   float* qt;     // the tile's queries times scale·log2(e): [head_dim][tile rows] or [tile rows][o_stride]
@@ -103,7 +103,7 @@ struct Problem {
 };
 
 size_t scratch_floats(int head_dim) {
-  const size_t hd = static_cast<size_t>(head_dim), padded = round_up(hd, kAlignFloats);
+  const size_t padded = round_up(static_cast<size_t>(head_dim), kAlignFloats);
   return 2 * kTileRows * padded + kBlockKeys * kTileRows + 4 * kTileRows + 2 * kBlockKeys * padded + kAlignFloats;
 }
 
@@ -113,8 +113,7 @@ void carve_scratch(float* base, Problem& p) {
     base += round_up(floats, kAlignFloats);
     return at;
   };
-  const size_t hd = static_cast<size_t>(p.head_dim);
-  p.o_stride = static_cast<int>(round_up(hd, kAlignFloats));
+  p.o_stride = static_cast<int>(round_up(static_cast<size_t>(p.head_dim), kAlignFloats));
   const size_t padded = static_cast<size_t>(p.o_stride);
   p.qt = take(kTileRows * padded);
   p.o = take(kTileRows * padded);
@@ -488,8 +487,11 @@ ERNIE_INLINE void attend_tile(const Problem& p, int64_t r0, int rows) {
 
     if constexpr (C::kScores == Scores::kOuter) {
       constexpr int QR = C::kQkRows, W = C::Row::kWidth;
+      // Whole groups of QR row vectors, then what is left two and one at a time.
       int rv = 0;
       for (; rv + QR <= t_pad / W; rv += QR) outer_scores<C, QR>(p.qt, t_pad, rv, krow, nb_pad, hd, p.s);
+      if constexpr (QR > 2)
+        for (; rv + 2 <= t_pad / W; rv += 2) outer_scores<C, 2>(p.qt, t_pad, rv, krow, nb_pad, hd, p.s);
       for (; rv < t_pad / W; ++rv) outer_scores<C, 1>(p.qt, t_pad, rv, krow, nb_pad, hd, p.s);
     } else {
       for (int r = 0; r < t_pad; r += C::kQkRows) dot_scores<C>(p.qt, p.o_stride, r, krow, nb_pad, hd_vec, t_pad, p.s);
@@ -537,7 +539,7 @@ __attribute__((target("avx2,fma"))) void attend_avx2(const Problem& p) {
 
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"))) void attend_avx512(const Problem& p) {
   if (total_rows(p) <= 8) attend<Config<L8, L16, Scores::kDot, 8, 2, 4, 4>>(p);
-  else attend<Config<L16, L16, Scores::kOuter, 2, 8, 4, 4>>(p);
+  else attend<Config<L16, L16, Scores::kOuter, 4, 4, 4, 4>>(p);
 }
 #endif
 
@@ -576,7 +578,6 @@ void causal_attention_group(const AttentionShape& shape, const void* const* key_
   p.out_stride = out_stride;
   p.first_position = first_position;
   p.num_queries = num_queries;
-  p.heads = shape.heads;
   p.kv_heads = shape.kv_heads;
   p.kv_head = kv_head;
   p.group = shape.heads / shape.kv_heads;
@@ -588,3 +589,5 @@ void causal_attention_group(const AttentionShape& shape, const void* const* key_
 }
 
 }  // namespace ernie
+
+#undef ERNIE_INLINE

@@ -45,11 +45,16 @@ struct AttentionScratch {
 // that share kv head `kv_head` (query head h uses kv head h / (heads / kv_heads)).
 // Query token i sees keys 0 .. first_position + i.
 // key_rows[p] / value_rows[p] point at position p's row (format shape.storage) for every
-// p < first_position + num_queries.
+// p < first_position + num_queries; rows need no particular alignment.
 // q: token i's heads start at q + i * q_stride (all `heads` heads, head-major, head_dim
 // each, RoPE applied); out has the same layout with out_stride, and only the group's heads
 // are written. Single-threaded; callers parallelise over sequences, kv heads and query
-// chunks.
+// chunks (a chunk's cost grows with its last position: every query sees all earlier keys).
+//
+// Numerics: fp32 throughout, scores scaled and shifted by the running max before the
+// exponential (a degree-7 polynomial for 2^x, a few ulp), so results match a double
+// reference to ~1e-6 relative of max|v| for ordinary scores; they differ from
+// attend_one_head only by rounding.
 void causal_attention_group(const AttentionShape& shape, const void* const* key_rows, const void* const* value_rows,
                             int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
                             float* out, int64_t out_stride, AttentionScratch& scratch);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu_features.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/matmul_integer.h"
 #include "util/error.h"
 
@@ -253,6 +254,10 @@ RowRangeKernel select_kernel() {
 }
 
 void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
+  if (bf16_dot_applies(n, w)) {
+    matmul_bf16_dot(pool, x, n, w, y);
+    return;
+  }
   static const RowRangeKernel kernel = select_kernel();
   // Threads split the output features into panels: each streams a disjoint share of
   // the weights, the largest operand.
@@ -302,7 +307,9 @@ void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* 
   if (is_integer(w)) {
     matmul_integer(pool, input.int8_blocks(pool, w.group), w, y);
   } else if (w.format == WeightFormat::kFp8) {
-    matmul_float(pool, input.fp8_rounded(), input.n(), w, y);
+    const float* rounded = input.fp8_rounded();
+    if (bf16_dot_applies(input.n(), w)) matmul_bf16_dot(pool, rounded, input.n(), w, y);
+    else matmul_float(pool, rounded, input.n(), w, y);
   } else {
     matmul_float(pool, input.x(), input.n(), w, y);
   }

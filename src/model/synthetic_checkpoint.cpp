@@ -260,7 +260,15 @@ SyntheticModelSpec synthetic_preset(const std::string& name) {
     spec.weight_std = 0.02;
     return spec;
   }
-  fail("unknown synthetic preset \"", name, "\" (expected tiny-dense, tiny-moe, 0.3b or 21b-a3b)");
+  if (name == "moe-scaled") {
+    // 21B-A3B's layer shapes (what decode streams per token) in 3 layers - one dense,
+    // two MoE - so it fits and loads quickly on a small machine: a benchmark model.
+    spec = synthetic_preset("21b-a3b");
+    spec.num_layers = 3;
+    spec.with_mtp = false;
+    return spec;
+  }
+  fail("unknown synthetic preset \"", name, "\" (expected tiny-dense, tiny-moe, 0.3b, 21b-a3b or moe-scaled)");
 }
 
 void write_synthetic_checkpoint(const std::string& dir, const SyntheticModelSpec& spec, CheckpointLayout layout,

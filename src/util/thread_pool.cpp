@@ -18,6 +18,15 @@ inline void cpu_relax() {
 #endif
 }
 
+// Polls after which a waiting thread also yields its core: when the machine has more
+// runnable threads than cores, the thread being waited for may need this one's.
+constexpr int kPollsBeforeYield = 2000;
+
+inline void wait_a_little(int polls) {
+  if (polls < kPollsBeforeYield) cpu_relax();
+  else std::this_thread::yield();
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(size_t num_threads) {
@@ -55,7 +64,7 @@ bool ThreadPool::wait_for_generation(uint64_t seen) {
   const auto spin_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(kSpinSeconds);
   for (int polls = 0; generation_.load(std::memory_order_acquire) == seen; ++polls) {
     if (stopping_.load(std::memory_order_relaxed)) return false;
-    cpu_relax();
+    wait_a_little(polls);
     if (polls % 256 == 255 && std::chrono::steady_clock::now() > spin_until) {
       std::unique_lock<std::mutex> lock(mutex_);
       ++sleeping_;
@@ -101,7 +110,7 @@ void ThreadPool::parallel_for(size_t n, size_t grain, FunctionRef<void(size_t, s
   if (wake) work_ready_.notify_all();
   run_chunks();
   // Wait for every worker to leave this generation, so `body` outlives every use.
-  while (unfinished_workers_.load(std::memory_order_acquire) != 0) cpu_relax();
+  for (int polls = 0; unfinished_workers_.load(std::memory_order_acquire) != 0; ++polls) wait_a_little(polls);
   body_ = nullptr;
   std::exception_ptr error;
   {

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace ernie {
@@ -47,6 +49,21 @@ TEST(ThreadPoolTest, RethrowsTheBodysException) {
   std::atomic<int> count{0};
   pool.parallel_for(10, 1, [&](size_t begin, size_t end) { count += static_cast<int>(end - begin); });
   EXPECT_EQ(count.load(), 10);
+}
+
+// Workers that went to sleep after kSpinSeconds idle wake for the next loop, and a pool
+// with more threads than cores (here 4 on 2) still finishes every loop: waiting threads
+// yield their core instead of spinning through the time slice of the thread they wait for.
+TEST(ThreadPoolTest, WakesSleepingWorkersAndSurvivesOversubscription) {
+  ThreadPool pool(4);
+  std::atomic<long> total{0};
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(ThreadPool::kSpinSeconds * 5));
+    pool.parallel_for(64, 1, [&](size_t begin, size_t end) { total += static_cast<long>(end - begin); });
+  }
+  for (int round = 0; round < 500; ++round)
+    pool.parallel_for(8, 1, [&](size_t begin, size_t end) { total += static_cast<long>(end - begin); });
+  EXPECT_EQ(total.load(), 3 * 64 + 500 * 8);
 }
 
 }  // namespace

@@ -1,0 +1,27 @@
+// Decode-shaped products (a few token rows) against bf16 weights with AVX512-BF16 dot
+// products, streaming the checkpoint's rows as they are. Each fp32 activation is split
+// into two bf16 numbers, hi = bf16(x) and lo = bf16(x - hi), and both are multiplied
+// with the weights (vdpbf16ps), so the product keeps about 16 bits of the activation
+// (relative error ~2^-17) instead of bf16's 8 - close to the fp32 path's result at half
+// the instructions per weight byte, which lets decode run at memory speed.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/weight_matrix.h"
+#include "util/thread_pool.h"
+
+namespace ernie {
+
+// Most token rows the bf16 dot-product path takes; larger batches use the tiled path.
+constexpr int64_t kBf16DotMaxRows = 4;
+
+// Whether this CPU (and ERNIE_ISA) allows the path for this product: dense bf16
+// weights, or FP8 weights (each e4m3 byte becomes a bf16 by placing its bits; subnormal
+// e4m3 values, below 2^-6 of a block's scale unit, then read as zero).
+bool bf16_dot_applies(int64_t n, const WeightMatrix& w);
+
+// y[n, w.rows] = x · Wᵀ; requires bf16_dot_applies(n, w).
+void matmul_bf16_dot(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y);
+
+}  // namespace ernie

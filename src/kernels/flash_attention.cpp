@@ -556,6 +556,11 @@ Kernel select_kernel() {
 
 }  // namespace
 
+void reserve_attention_scratch(AttentionScratch& scratch, int head_dim) {
+  const size_t needed = scratch_floats(head_dim);
+  if (scratch.storage.size() < needed) scratch.storage.resize(needed);
+}
+
 void causal_attention_group(const AttentionShape& shape, const void* const* key_rows, const void* const* value_rows,
                             int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
                             float* out, int64_t out_stride, AttentionScratch& scratch) {

@@ -40,6 +40,9 @@ struct AttentionScratch {
   std::vector<float> storage;
 };
 
+// Grows `scratch` to what any call with this head_dim needs, so none grows it later.
+void reserve_attention_scratch(AttentionScratch& scratch, int head_dim);
+
 // Causal attention for `num_queries` consecutive query tokens at positions
 // first_position .. first_position + num_queries - 1, for the heads/kv_heads query heads
 // that share kv head `kv_head` (query head h uses kv head h / (heads / kv_heads)).

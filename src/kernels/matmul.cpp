@@ -253,6 +253,12 @@ RowRangeKernel select_kernel() {
   return matmul_rows_generic;
 }
 
+// Each thread's panel of widened weight rows.
+std::vector<float>& panel_scratch() {
+  thread_local std::vector<float> scratch;
+  return scratch;
+}
+
 void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
   if (bf16_dot_applies(n, w)) {
     matmul_bf16_dot(pool, x, n, w, y);
@@ -265,8 +271,8 @@ void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatri
   const size_t grain =
       static_cast<size_t>(std::max<int64_t>(1, panels / (static_cast<int64_t>(pool.num_threads()) * 4)));
   pool.parallel_for(static_cast<size_t>(panels), grain, [&](size_t begin, size_t end) {
-    thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>(kPanelRows * w.cols));
+    std::vector<float>& scratch = panel_scratch();
+    if (scratch.size() < static_cast<size_t>(kPanelRows * w.cols)) scratch.resize(static_cast<size_t>(kPanelRows * w.cols));
     kernel(x, n, w, static_cast<int64_t>(begin) * kPanelRows, std::min(w.rows, static_cast<int64_t>(end) * kPanelRows),
            y, scratch.data());
   });
@@ -323,6 +329,12 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
   thread_local MatmulInput input;
   input.reset(x, n, w.cols);
   matmul(pool, input, w, y);
+}
+
+void reserve_matmul_scratch(int64_t max_cols) {
+  std::vector<float>& scratch = panel_scratch();
+  if (scratch.size() < static_cast<size_t>(kPanelRows * max_cols)) scratch.resize(static_cast<size_t>(kPanelRows * max_cols));
+  reserve_bf16_dot_scratch(max_cols);
 }
 
 void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y) {

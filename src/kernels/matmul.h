@@ -44,6 +44,10 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
 // and the same activation rounding the kernels apply.
 void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y);
 
+// Sizes the calling thread's kernel buffers for weights of up to `max_cols` inputs, so
+// later matmuls on this thread allocate nothing (run it on every pool thread).
+void reserve_matmul_scratch(int64_t max_cols);
+
 // Wraps an fp32 buffer [rows, cols] (e.g. the router) as a WeightMatrix view.
 WeightMatrix f32_matrix_view(const float* data, int64_t rows, int64_t cols);
 

@@ -27,11 +27,30 @@ namespace {
 
 #define ERNIE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
 
-// x [n, k] as bf16 hi and lo parts, each [n, k].
-void split_activations(const float* x, int64_t n, int64_t k, uint16_t* hi, uint16_t* lo) {
-  for (int64_t i = 0; i < n * k; ++i) {
-    hi[i] = f32_to_bf16(x[i]);
-    lo[i] = f32_to_bf16(x[i] - bf16_to_f32(hi[i]));
+// Each thread's FP8 activations scaled for the current row block, hi and lo parts.
+std::vector<uint16_t>& scaled_scratch() {
+  thread_local std::vector<uint16_t> scaled;
+  return scaled;
+}
+
+// x [n, k] as bf16 hi and lo parts, each [n, k], rounding to nearest even. With
+// `block_scales`, input i is first multiplied by block_scales[(i % k) / 128] * 2^120 (FP8).
+ERNIE_BF16_TARGET void split_activations(const float* x, int64_t n, int64_t k, const float* block_scales,
+                                         uint16_t* hi, uint16_t* lo) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* in = x + t * k;
+    uint16_t* h = hi + t * k;
+    uint16_t* l = lo + t * k;
+    for (int64_t i = 0; i < k; i += 16) {
+      const __mmask16 mask = k - i >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << (k - i)) - 1);
+      __m512 value = _mm512_maskz_loadu_ps(mask, in + i);
+      if (block_scales != nullptr) value = _mm512_mul_ps(value, _mm512_set1_ps(block_scales[i / 128] * 0x1p120f));
+      const __m256bh high = _mm512_cvtneps_pbh(value);
+      const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)high), 16));
+      const __m256bh low = _mm512_cvtneps_pbh(_mm512_sub_ps(value, back));
+      _mm256_mask_storeu_epi16(h + i, mask, (__m256i)high);
+      _mm256_mask_storeu_epi16(l + i, mask, (__m256i)low);
+    }
   }
 }
 
@@ -49,97 +68,108 @@ ERNIE_BF16_TARGET inline __m512bh load_fp8(const void* row, int64_t at, __mmask3
   return (__m512bh)_mm512_or_si512(sign, rest);
 }
 
-// One step of 32 inputs at `at` (lanes outside `mask` read as zero) for T tokens x 4 rows.
+// 32 inputs at `seg` (lanes outside `mask` read as zero) of one weight row for T tokens,
+// into accumulator pair j: acc[t][j] gets the hi products and acc[t][4 + j] the lo ones,
+// so consecutive dot products never wait on each other.
 template <int T, bool kFp8>
-ERNIE_BF16_TARGET inline void dot_step(const uint16_t* hi, const uint16_t* lo, int64_t k, const void* const* wrow,
-                                       int64_t at, __mmask32 mask, __m512 (&acc)[T][4]) {
-  __m512bh wv[4];
-  for (int j = 0; j < 4; ++j) wv[j] = kFp8 ? load_fp8(wrow[j], at, mask) : load_bf16(wrow[j], at, mask);
+ERNIE_BF16_TARGET inline void segment(const uint16_t* hi, const uint16_t* lo, int64_t k, const void* row, int64_t seg,
+                                      __mmask32 mask, int j, __m512 (&acc)[T][8]) {
+  const __m512bh wv = kFp8 ? load_fp8(row, seg, mask) : load_bf16(row, seg, mask);
   for (int t = 0; t < T; ++t) {
-    const __m512bh xh = (__m512bh)_mm512_maskz_loadu_epi16(mask, hi + t * k + at);
-    const __m512bh xl = (__m512bh)_mm512_maskz_loadu_epi16(mask, lo + t * k + at);
-    for (int j = 0; j < 4; ++j) {
-      acc[t][j] = _mm512_dpbf16_ps(acc[t][j], wv[j], xh);
-      acc[t][j] = _mm512_dpbf16_ps(acc[t][j], wv[j], xl);
-    }
+    const __m512bh xh = (__m512bh)_mm512_maskz_loadu_epi16(mask, hi + t * k + seg);
+    const __m512bh xl = (__m512bh)_mm512_maskz_loadu_epi16(mask, lo + t * k + seg);
+    acc[t][j] = _mm512_dpbf16_ps(acc[t][j], wv, xh);
+    acc[t][4 + j] = _mm512_dpbf16_ps(acc[t][4 + j], wv, xl);
   }
 }
 
-// Steps over inputs [begin, end) into acc.
+// 128 inputs from `at` (fewer at the row's end) as four 32-input segments.
 template <int T, bool kFp8>
-ERNIE_BF16_TARGET inline void dot_range(const uint16_t* hi, const uint16_t* lo, int64_t k, const void* const* wrow,
-                                        int64_t begin, int64_t end, __m512 (&acc)[T][4]) {
-  int64_t i = begin;
-  for (; i + 32 <= end; i += 32) dot_step<T, kFp8>(hi, lo, k, wrow, i, ~__mmask32{0}, acc);
-  if (i < end) dot_step<T, kFp8>(hi, lo, k, wrow, i, static_cast<__mmask32>((1ull << (end - i)) - 1), acc);
+ERNIE_BF16_TARGET inline void block(const uint16_t* hi, const uint16_t* lo, int64_t k, const void* row, int64_t at,
+                                    __m512 (&acc)[T][8]) {
+  if (at + 128 <= k) {
+    constexpr int64_t kBytesPerInput = kFp8 ? 1 : 2;
+    _mm_prefetch(static_cast<const char*>(row) + (at + 512) * kBytesPerInput, _MM_HINT_T0);
+    for (int j = 0; j < 4; ++j) segment<T, kFp8>(hi, lo, k, row, at + 32 * j, ~__mmask32{0}, j, acc);
+    return;
+  }
+  for (int j = 0; j < 4 && at + 32 * j < k; ++j) {
+    const int64_t left = k - (at + 32 * j);
+    const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1ull << left) - 1);
+    segment<T, kFp8>(hi, lo, k, row, at + 32 * j, mask, j, acc);
+  }
 }
 
-// T token rows against the weight rows [r, r + rows), rows <= 4 (a short group repeats
-// its last row and drops the extra sums). FP8 sums each 128-input block on its own and
-// adds it times the block's scale; the 4 rows never straddle a 128-row block.
+// y[t][r] for one weight row. Rows are read one after another, front to back, so each
+// thread's weights are a single sequential stream, which the hardware prefetcher follows
+// best.
 template <int T, bool kFp8>
-ERNIE_BF16_TARGET void rows_tile(const uint16_t* hi, const uint16_t* lo, const WeightMatrix& w, int64_t r, int rows,
-                                 float* y) {
+ERNIE_BF16_TARGET void one_row(const uint16_t* hi, const uint16_t* lo, const WeightMatrix& w, int64_t r, float* y) {
   const int64_t k = w.cols;
-  const size_t row_bytes = static_cast<size_t>(k) * (kFp8 ? 1 : 2);
-  const void* wrow[4];
-  for (int j = 0; j < 4; ++j) wrow[j] = static_cast<const uint8_t*>(w.data) + (r + std::min(j, rows - 1)) * row_bytes;
-  __m512 total[T][4];
+  const void* row = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r * k) * (kFp8 ? 1 : 2);
+  __m512 total[T][8];
   for (int t = 0; t < T; ++t)
-    for (int j = 0; j < 4; ++j) total[t][j] = _mm512_setzero_ps();
-  if constexpr (kFp8) {
-    const int64_t col_blocks = (k + kFp8Block - 1) / kFp8Block;
-    const float* scales = w.scales + (r / kFp8Block) * col_blocks;
-    for (int64_t b = 0; b < col_blocks; ++b) {
-      __m512 acc[T][4];
-      for (int t = 0; t < T; ++t)
-        for (int j = 0; j < 4; ++j) acc[t][j] = _mm512_setzero_ps();
-      dot_range<T, true>(hi, lo, k, wrow, b * kFp8Block, std::min(k, (b + 1) * kFp8Block), acc);
-      const __m512 scale = _mm512_set1_ps(scales[b] * 0x1p120f);
-      for (int t = 0; t < T; ++t)
-        for (int j = 0; j < 4; ++j) total[t][j] = _mm512_fmadd_ps(acc[t][j], scale, total[t][j]);
-    }
-  } else {
-    dot_range<T, false>(hi, lo, k, wrow, 0, k, total);
+    for (int j = 0; j < 8; ++j) total[t][j] = _mm512_setzero_ps();
+  for (int64_t at = 0; at < k; at += 128) block<T, kFp8>(hi, lo, k, row, at, total);
+  for (int t = 0; t < T; ++t) {
+    __m512 sum = total[t][0];
+    for (int j = 1; j < 8; ++j) sum = _mm512_add_ps(sum, total[t][j]);
+    y[t * w.rows + r] = _mm512_reduce_add_ps(sum);
   }
-  for (int t = 0; t < T; ++t)
-    for (int j = 0; j < rows; ++j) y[t * w.rows + r + j] = _mm512_reduce_add_ps(total[t][j]);
 }
 
 template <int T>
-ERNIE_BF16_TARGET void rows_range(const uint16_t* hi, const uint16_t* lo, const WeightMatrix& w, int64_t begin,
-                                  int64_t end, float* y) {
-  const bool fp8 = w.format == WeightFormat::kFp8;
-  for (int64_t r = begin; r < end; r += 4) {
-    const int rows = static_cast<int>(std::min<int64_t>(4, end - r));
-    if (fp8) rows_tile<T, true>(hi, lo, w, r, rows, y);
-    else rows_tile<T, false>(hi, lo, w, r, rows, y);
+ERNIE_BF16_TARGET void rows_range(const uint16_t* hi, const uint16_t* lo, const float* x, const WeightMatrix& w,
+                                  int64_t begin, int64_t end, float* y) {
+  if (w.format != WeightFormat::kFp8) {
+    for (int64_t r = begin; r < end; ++r) one_row<T, false>(hi, lo, w, r, y);
+    return;
+  }
+  // FP8: the 128x128 block scales (times the 2^120 the bit placement leaves out) go into
+  // the activations, once per 128 weight rows, so the row loop is the bf16 one.
+  const int64_t k = w.cols, col_blocks = (k + kFp8Block - 1) / kFp8Block;
+  std::vector<uint16_t>& scaled = scaled_scratch();
+  if (scaled.size() < static_cast<size_t>(2 * T * k)) scaled.resize(static_cast<size_t>(2 * T * k));
+  uint16_t* shi = scaled.data();
+  uint16_t* slo = scaled.data() + T * k;
+  for (int64_t r = begin; r < end;) {
+    const int64_t row_block = r / kFp8Block, stop = std::min(end, (row_block + 1) * kFp8Block);
+    split_activations(x, T, k, w.scales + row_block * col_blocks, shi, slo);
+    for (; r < stop; ++r) one_row<T, true>(shi, slo, w, r, y);
   }
 }
 
 }  // namespace
 
+void reserve_bf16_dot_scratch(int64_t max_cols) {
+  const auto needed = static_cast<size_t>(2 * kBf16DotMaxRows * max_cols);
+  if (scaled_scratch().size() < needed) scaled_scratch().resize(needed);
+}
+
 void matmul_bf16_dot(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
+  // Only the calling thread splits; its buffer grows with the largest batch it sees.
   thread_local std::vector<uint16_t> split;
-  split.resize(static_cast<size_t>(2 * n * w.cols));
+  if (split.size() < static_cast<size_t>(2 * n * w.cols)) split.resize(static_cast<size_t>(2 * n * w.cols));
   uint16_t* hi = split.data();
   uint16_t* lo = split.data() + n * w.cols;
-  split_activations(x, n, w.cols, hi, lo);
-  // Chunks of 64 rows: enough per task to amortise the hand-out, many tasks per thread.
-  constexpr int64_t kChunk = 64;
+  split_activations(x, n, w.cols, nullptr, hi, lo);
+  // Chunks of 128 rows: enough per task to amortise the hand-out, many tasks per thread,
+  // and one FP8 row block each.
+  constexpr int64_t kChunk = 128;
   const int64_t chunks = (w.rows + kChunk - 1) / kChunk;
   pool.parallel_for(static_cast<size_t>(chunks), 1, [&](size_t first, size_t last) {
     const int64_t begin = static_cast<int64_t>(first) * kChunk;
     const int64_t end = std::min(w.rows, static_cast<int64_t>(last) * kChunk);
     switch (n) {
-      case 1: rows_range<1>(hi, lo, w, begin, end, y); break;
-      case 2: rows_range<2>(hi, lo, w, begin, end, y); break;
-      case 3: rows_range<3>(hi, lo, w, begin, end, y); break;
-      default: rows_range<4>(hi, lo, w, begin, end, y); break;
+      case 1: rows_range<1>(hi, lo, x, w, begin, end, y); break;
+      case 2: rows_range<2>(hi, lo, x, w, begin, end, y); break;
+      case 3: rows_range<3>(hi, lo, x, w, begin, end, y); break;
+      default: rows_range<4>(hi, lo, x, w, begin, end, y); break;
     }
   });
 }
 #else
+void reserve_bf16_dot_scratch(int64_t) {}
 void matmul_bf16_dot(ThreadPool&, const float*, int64_t, const WeightMatrix&, float*) {}
 #endif
 

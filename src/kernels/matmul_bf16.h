@@ -21,6 +21,9 @@ constexpr int64_t kBf16DotMaxRows = 4;
 // e4m3 values, below 2^-6 of a block's scale unit, then read as zero).
 bool bf16_dot_applies(int64_t n, const WeightMatrix& w);
 
+// Sizes the calling thread's buffers for weights of up to `max_cols` inputs.
+void reserve_bf16_dot_scratch(int64_t max_cols);
+
 // y[n, w.rows] = x · Wᵀ; requires bf16_dot_applies(n, w).
 void matmul_bf16_dot(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y);
 

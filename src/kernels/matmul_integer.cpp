@@ -17,6 +17,9 @@ namespace ernie {
 namespace {
 
 constexpr int64_t kLineBytes = 64;
+// Decode streams each panel once; prefetching this far ahead keeps more lines in flight
+// than the hardware prefetcher alone does.
+constexpr int64_t kPrefetchBytes = 1024;
 
 // Everything a tile needs about the weight, resolved once per call.
 struct IntegerWeight {
@@ -109,6 +112,7 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
       for (int64_t q = b * w.group / 8; q < (b + 1) * w.group / 8; ++q) {
         __m512i lo[NR], hi[NR];
         for (int j = 0; j < NR; ++j) {
+          if constexpr (MR == 1) _mm_prefetch(reinterpret_cast<const char*>(panel[j] + q * kLineBytes + kPrefetchBytes), _MM_HINT_T0);
           const __m512i line = _mm512_loadu_si512(panel[j] + q * kLineBytes);
           lo[j] = _mm512_and_si512(line, low_nibbles);
           hi[j] = _mm512_and_si512(_mm512_srli_epi16(line, 4), low_nibbles);
@@ -127,7 +131,10 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
     } else {
       for (int64_t q = b * w.group / 4; q < (b + 1) * w.group / 4; ++q) {
         __m512i line[NR];
-        for (int j = 0; j < NR; ++j) line[j] = _mm512_loadu_si512(panel[j] + q * kLineBytes);
+        for (int j = 0; j < NR; ++j) {
+          if constexpr (MR == 1) _mm_prefetch(reinterpret_cast<const char*>(panel[j] + q * kLineBytes + kPrefetchBytes), _MM_HINT_T0);
+          line[j] = _mm512_loadu_si512(panel[j] + q * kLineBytes);
+        }
         for (int t = 0; t < MR; ++t) {
           int32_t four;
           std::memcpy(&four, xrow[t] + 4 * q, 4);
@@ -206,12 +213,14 @@ void matmul_integer(ThreadPool& pool, const QuantizedActivations& x, const Weigh
   static const PanelKernel kernel = select_kernel();
   const IntegerWeight iw = describe(w);
   const int64_t panels = iw.prows / kQuantPanelRows;
-  // Work is split in units of 4 panels so every thread streams its own share of the
-  // weights, with a few units per thread to even out the tail.
-  constexpr int64_t kUnit = 12;
-  const int64_t units = (panels + kUnit - 1) / kUnit;
+  // Work is split in units of panels so every thread streams its own share of the
+  // weights. Decode (few tokens) is bound by memory: long units of 12 panels keep each
+  // stream going. Prefill is bound by arithmetic: units of 3 panels (one 4x3 tile column)
+  // even out the threads' shares, at the cost of re-reading activations from cache.
+  const int64_t unit = x.n >= 16 ? 3 : 12;
+  const int64_t units = (panels + unit - 1) / unit;
   pool.parallel_for(static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
-    kernel(x, iw, static_cast<int64_t>(begin) * kUnit, std::min(panels, static_cast<int64_t>(end) * kUnit), y);
+    kernel(x, iw, static_cast<int64_t>(begin) * unit, std::min(panels, static_cast<int64_t>(end) * unit), y);
   });
 }
 

@@ -301,8 +301,11 @@ void quantize_activation_row(const float* x, int64_t cols, int32_t group, int8_t
     const float scale = m / 127.0f;
     const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
     int32_t sum = 0;
+    // Adding and subtracting 1.5 * 2^23 rounds to nearest even for |v| < 2^22 (here
+    // |v| <= 127) in plain vector arithmetic; std::nearbyint becomes a libm call per value.
+    constexpr float kRoundingMagic = 12582912.0f;
     for (int64_t k = 0; k < group; ++k) {
-      const float rounded = std::nearbyint(in[k] * inverse);
+      const float rounded = (in[k] * inverse + kRoundingMagic) - kRoundingMagic;
       q[k] = static_cast<int8_t>(rounded > 127.0f ? 127.0f : rounded < -127.0f ? -127.0f : rounded);
       sum += q[k];
     }

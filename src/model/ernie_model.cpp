@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <thread>
 
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -19,6 +20,12 @@ template <typename T>
 T* sized(std::vector<T>& buffer, int64_t count) {
   if (buffer.size() < static_cast<size_t>(count)) buffer.resize(static_cast<size_t>(count));
   return buffer.data();
+}
+
+// Each thread's attention working memory.
+AttentionScratch& thread_attention_scratch() {
+  thread_local AttentionScratch scratch;
+  return scratch;
 }
 
 // Query tokens per attention work item: enough items for every thread, each long
@@ -99,6 +106,18 @@ void ErnieModel::validate(const ForwardBatch& batch) const {
       fail("forward: logit row ", row, " is outside the batch of ", batch.tokens.size(), " tokens");
 }
 
+void ErnieModel::for_rows(int64_t n, FunctionRef<void(int64_t, int64_t)> body) {
+  // Below this many rows the element-wise work is shorter than handing it out.
+  constexpr int64_t kParallelRows = 16;
+  if (n < kParallelRows) {
+    body(0, n);
+    return;
+  }
+  pool_.parallel_for(static_cast<size_t>(n), 0, [&](size_t begin, size_t end) {
+    body(static_cast<int64_t>(begin), static_cast<int64_t>(end));
+  });
+}
+
 void ErnieModel::plan_batch(const ForwardBatch& batch) {
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
   sized(slots_, n);
@@ -120,6 +139,18 @@ void ErnieModel::plan_batch(const ForwardBatch& batch) {
 
 std::vector<float>& ErnieModel::forward(const ForwardBatch& batch) {
   validate(batch);
+  if (std::this_thread::get_id() != threads_prepared_for_) {
+    // Every pool thread's kernel buffers are sized now, for the widest weight and this
+    // head_dim, so no later step grows one on whichever thread happens to run a chunk.
+    const int64_t widest = std::max<int64_t>(
+        {config_.hidden_size, config_.q_width(), config_.intermediate_size,
+         config_.moe ? config_.moe->intermediate_size : 0, 2 * config_.hidden_size});
+    pool_.run_on_every_thread([&] {
+      reserve_matmul_scratch(widest);
+      reserve_attention_scratch(thread_attention_scratch(), config_.head_dim);
+    });
+    threads_prepared_for_ = std::this_thread::get_id();
+  }
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
   const int64_t h = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -136,11 +167,13 @@ std::vector<float>& ErnieModel::forward(const ForwardBatch& batch) {
   float* block_out = sized(block_out_, n * h);
   for (int layer_index = 0; layer_index < config_.num_hidden_layers; ++layer_index) {
     const DecoderLayerWeights& layer = weights_.layers[static_cast<size_t>(layer_index)];
-    rms_norm(x, n, h, layer.input_norm.data(), eps, normed);
+    for_rows(n, [&](int64_t t0, int64_t t1) { rms_norm(x + t0 * h, t1 - t0, h, layer.input_norm.data(), eps, normed + t0 * h); });
     attention_block(layer, layer_index, batch, block_out);
-    add_scaled(x, block_out, 1.0f, n * h);
+    for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, block_out + t0 * h, 1.0f, (t1 - t0) * h); });
 
-    rms_norm(x, n, h, layer.post_attention_norm.data(), eps, normed);
+    for_rows(n, [&](int64_t t0, int64_t t1) {
+      rms_norm(x + t0 * h, t1 - t0, h, layer.post_attention_norm.data(), eps, normed + t0 * h);
+    });
     std::fill_n(block_out, n * h, 0.0f);
     if (layer.moe) {
       moe_block(*layer.moe, n, block_out);
@@ -148,7 +181,7 @@ std::vector<float>& ErnieModel::forward(const ForwardBatch& batch) {
       input_.reset(normed, n, h);
       mlp_block(*layer.mlp, input_, block_out);
     }
-    add_scaled(x, block_out, 1.0f, n * h);
+    for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, block_out + t0 * h, 1.0f, (t1 - t0) * h); });
   }
 
   // Only the requested rows go through the final norm and the (large) head.
@@ -183,14 +216,16 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
   matmul(pool_, input_, layer.attention.v, v);
 
   // RoPE on q and k, then append k and v to each sequence's cache.
-  for (int64_t t = 0; t < n; ++t) {
-    const TokenSlot& slot = slots_[static_cast<size_t>(t)];
-    const float position = static_cast<float>(static_cast<double>(slot.position) / config_.compression_ratio);
-    apply_rope(q + t * q_width, heads, hd, position, rope_inv_freq_.data());
-    apply_rope(k + t * kv_width, kv_heads, hd, position, rope_inv_freq_.data());
-    store_kv_row(k + t * kv_width, kv_heads, hd, kv_storage_, slot.chunk->cache->key(layer_index, slot.position));
-    store_kv_row(v + t * kv_width, kv_heads, hd, kv_storage_, slot.chunk->cache->value(layer_index, slot.position));
-  }
+  for_rows(n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const TokenSlot& slot = slots_[static_cast<size_t>(t)];
+      const float position = static_cast<float>(static_cast<double>(slot.position) / config_.compression_ratio);
+      apply_rope(q + t * q_width, heads, hd, position, rope_inv_freq_.data());
+      apply_rope(k + t * kv_width, kv_heads, hd, position, rope_inv_freq_.data());
+      store_kv_row(k + t * kv_width, kv_heads, hd, kv_storage_, slot.chunk->cache->key(layer_index, slot.position));
+      store_kv_row(v + t * kv_width, kv_heads, hd, kv_storage_, slot.chunk->cache->value(layer_index, slot.position));
+    }
+  });
 
   // Row pointers of every sequence's cache, so the kernel never calls through KvCache.
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
@@ -210,7 +245,7 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
   const AttentionShape shape{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
                              kv_storage_};
   pool_.parallel_for(attention_items_.size(), 1, [&](size_t begin, size_t end) {
-    thread_local AttentionScratch scratch;
+    AttentionScratch& scratch = thread_attention_scratch();
     for (size_t i = begin; i < end; ++i) {
       const AttentionItem& item = attention_items_[i];
       const TokenSlot& first = slots_[static_cast<size_t>(item.first_token)];
@@ -229,10 +264,12 @@ void ErnieModel::mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out
   float* up = sized(up_, n * inner);
   matmul(pool_, input, mlp.gate, gate);
   matmul(pool_, input, mlp.up, up);
-  silu_mul(gate, up, n * inner);
+  for_rows(n, [&](int64_t t0, int64_t t1) { silu_mul(gate + t0 * inner, up + t0 * inner, (t1 - t0) * inner); });
   float* down = sized(down_, n * mlp.down.rows);
   matmul(pool_, gate, n, mlp.down, down);
-  add_scaled(out, down, 1.0f, n * mlp.down.rows);
+  for_rows(n, [&](int64_t t0, int64_t t1) {
+    add_scaled(out + t0 * mlp.down.rows, down + t0 * mlp.down.rows, 1.0f, (t1 - t0) * mlp.down.rows);
+  });
 }
 
 void ErnieModel::moe_block(const MoeWeights& moe, int64_t n, float* out) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/flash_attention.h"
@@ -100,6 +101,9 @@ class ErnieModel {
 
   void validate(const ForwardBatch& batch) const;
   void plan_batch(const ForwardBatch& batch);
+  // body(t0, t1) over the token rows [0, n): split over the pool for prefill-sized
+  // batches, on this thread for decode-sized ones.
+  void for_rows(int64_t n, FunctionRef<void(int64_t, int64_t)> body);
   void attention_block(const DecoderLayerWeights& layer, int layer_index, const ForwardBatch& batch, float* out);
   // out[n, H] += MLP(input); `input` holds n rows of H.
   void mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out);
@@ -112,6 +116,7 @@ class ErnieModel {
   KvStorage kv_storage_;
   std::vector<float> rope_inv_freq_;
   LoadReport load_report_;
+  std::thread::id threads_prepared_for_;  // the caller whose pool threads have sized buffers
 
   // The forward pass's working memory (see forward()).
   std::vector<float> x_, normed_, block_out_, q_, k_, v_, attended_, gate_, up_, down_, last_, logits_;

@@ -86,6 +86,17 @@ void ThreadPool::worker_loop() {
   }
 }
 
+void ThreadPool::run_on_every_thread(FunctionRef<void()> body) {
+  const size_t threads = num_threads();
+  std::atomic<size_t> arrived{0};
+  parallel_for(threads, 1, [&](size_t, size_t) {
+    body();
+    // Hold this thread until every thread has taken its chunk, so none takes two.
+    arrived.fetch_add(1);
+    for (int polls = 0; arrived.load() < threads; ++polls) wait_a_little(polls);
+  });
+}
+
 void ThreadPool::parallel_for(size_t n, size_t grain, FunctionRef<void(size_t, size_t)> body) {
   if (n == 0) return;
   if (grain == 0) grain = (n + num_threads() - 1) / num_threads();

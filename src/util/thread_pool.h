@@ -38,6 +38,10 @@ class ThreadPool {
   // Not reentrant: a body must not call parallel_for on the same pool.
   void parallel_for(size_t n, size_t grain, FunctionRef<void(size_t, size_t)> body);
 
+  // Runs body() exactly once on every thread of the pool (the caller included), e.g. to
+  // size per-thread buffers before the step loop so it never grows them.
+  void run_on_every_thread(FunctionRef<void()> body);
+
   // How long an idle worker polls for the next loop before it sleeps.
   static constexpr double kSpinSeconds = 0.002;
 

@@ -1,8 +1,15 @@
 // The packed batch must not change any sequence's result: several sequences in one
 // call, prompts split into chunks across calls, and batched decoding at different
-// positions all give exactly the logits of running each sequence alone. Every output
-// element is computed by the same per-row arithmetic, so equality is exact.
+// positions all give the logits of running each sequence alone. Exactly, up to float
+// rounding: a row can take a different kernel path depending on the batch's shape
+// (attention for 8 or fewer query rows and bf16 matmuls of 4 or fewer token rows use
+// decode kernels that sum in another order). The golden models amplify such rounding
+// (each matmul multiplies a perturbation by about 2.4), and rows agree within 1.4e-4
+// on logits of magnitude up to 11: kLogitTolerance is 5e-4, a quarter of the golden
+// tests' 2e-3.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "model/ernie_model.h"
 #include "util/error.h"
@@ -21,6 +28,15 @@ std::vector<int32_t> ids_for(int seed, int length) {
 std::vector<float> alone(ErnieModel& model, const std::vector<int32_t>& ids) {
   auto cache = model.new_kv_cache();
   return model.forward(single_sequence_batch(*cache, ids, 0, true));
+}
+
+constexpr float kLogitTolerance = 5e-4f;
+
+void expect_same_logits(const std::vector<float>& actual, const std::vector<float>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  float worst = 0;
+  for (size_t i = 0; i < actual.size(); ++i) worst = std::max(worst, std::fabs(actual[i] - expected[i]));
+  EXPECT_LE(worst, kLogitTolerance);
 }
 
 class PackedBatchTest : public ::testing::TestWithParam<std::string> {
@@ -49,7 +65,8 @@ TEST_P(PackedBatchTest, SeveralSequencesInOneCallEqualEachAlone) {
     const std::vector<float> expected = alone(*model_, prompt);
     const std::vector<float> got(packed.begin() + static_cast<int64_t>(row) * vocab,
                                  packed.begin() + static_cast<int64_t>(row + prompt.size()) * vocab);
-    EXPECT_EQ(got, expected) << "sequence of length " << prompt.size();
+    SCOPED_TRACE("sequence of length " + std::to_string(prompt.size()));
+    expect_same_logits(got, expected);
     row += prompt.size();
   }
 }
@@ -69,7 +86,7 @@ TEST_P(PackedBatchTest, ChunkedPrefillEqualsOneCall) {
   }
   ASSERT_EQ(done, 100);
   ASSERT_EQ(chunked.size(), static_cast<size_t>(100 * vocab));
-  EXPECT_EQ(chunked, expected);
+  expect_same_logits(chunked, expected);
 }
 
 TEST_P(PackedBatchTest, MixedDecodeAndPrefillRowsMatchSeparateRuns) {
@@ -92,10 +109,10 @@ TEST_P(PackedBatchTest, MixedDecodeAndPrefillRowsMatchSeparateRuns) {
   const std::vector<float> logits = model_->forward(mixed);
 
   const std::vector<float> expected_a = alone(*model_, a), expected_b = alone(*model_, b);
-  EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + vocab),
-            std::vector<float>(expected_a.end() - vocab, expected_a.end()));
-  EXPECT_EQ(std::vector<float>(logits.begin() + vocab, logits.end()),
-            std::vector<float>(expected_b.end() - vocab, expected_b.end()));
+  expect_same_logits(std::vector<float>(logits.begin(), logits.begin() + vocab),
+                     std::vector<float>(expected_a.end() - vocab, expected_a.end()));
+  expect_same_logits(std::vector<float>(logits.begin() + vocab, logits.end()),
+                     std::vector<float>(expected_b.end() - vocab, expected_b.end()));
 }
 
 TEST_P(PackedBatchTest, RejectsMalformedBatches) {

@@ -126,8 +126,20 @@ TEST(CliBenchTest, LlamaBenchFormReportsPpAndTg) {
   expect_one_error_line(run_shell(ernie("bench --model " + testing::golden_model_dir("tiny-dense") + " --pp 8 --concurrency 2")),
                         "give either --concurrency");
   expect_one_error_line(run_shell(ernie("bench --model " + testing::golden_model_dir("tiny-dense") +
-                                        " --concurrency 1 --quantization wint4")),
-                        "not available yet");
+                                        " --concurrency 1 --quantization wint3")),
+                        "\"wint3\" is not a quantization ernie.cpp knows; use wint8, wint4, block_wise_fp8");
+}
+
+// --quantization through a command: the weights are quantized at load, the log says
+// how, and the result names it.
+TEST(CliBenchTest, QuantizedBenchRunsAndSaysSo) {
+  const auto result = run_shell(ernie("bench --model " + testing::golden_model_dir("tiny-moe") +
+                                      " --pp 32 --tg 4 --quantization wint4 --json"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("quantization: dense layers wint8, experts wint4, LM head wint8, KV cache fp32"));
+  const nlohmann::json json = last_line_json(result.output);
+  EXPECT_EQ(json.at("quantization"), "wint4");
+  EXPECT_GT(json.at("tg_tokens_per_s").get<double>(), 0.0);
 }
 
 TEST(CliEngineFlagsTest, EnvironmentAndFlagsAreCheckedAndLogged) {

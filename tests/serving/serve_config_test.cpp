@@ -57,7 +57,7 @@ TEST(ServeConfigTest, TheSeedCommandsParse) {
 TEST(ServeConfigTest, BadValuesAndMisspellingsAreRefused) {
   const std::string model = testing::golden_model_dir("tiny-dense");
   EXPECT_THAT(error_of({"--model", model, "--max-num-seq", "4"}), HasSubstr("did you mean --max-num-seqs?"));
-  EXPECT_THAT(error_of({"--model", model, "--quantization", "int3"}), HasSubstr("--quantization \"int3\" is not known"));
+  EXPECT_THAT(error_of({"--model", model, "--quantization", "int3"}), HasSubstr("--quantization \"int3\" is not a quantization ernie.cpp knows"));
   EXPECT_THAT(error_of({"--model", model, "--speculative-config", "{mtp"}), HasSubstr("expects a JSON object"));
   EXPECT_THAT(error_of({"--model", model, "--reasoning-parser", "qwen3"}), HasSubstr("valid: ernie_x1, ernie-x1, ernie-45-vl"));
   EXPECT_THAT(error_of({"--model", model, "--splitwise-role", "both"}), HasSubstr("splitwise-role"));

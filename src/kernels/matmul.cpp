@@ -177,15 +177,24 @@ template <typename S>
 [[gnu::always_inline]] inline void matmul_rows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
                                                int64_t row_end, float* y, float* scratch) {
   const int64_t k = w.cols;
-  if (n == 1 && w.dense() && w.dtype == DType::kBF16) {
-    // Decode: stream the bf16 rows once, widening in registers.
-    const float* xs[1] = {x};
-    float* ys[1] = {y};
+  if (n <= 3 && w.dense() && w.dtype == DType::kBF16) {
+    // A few tokens: stream the bf16 rows once, widening in registers; widening whole
+    // panels into scratch would cost more than the few products that reuse them.
+    const float* xs[3];
+    float* ys[3];
+    for (int64_t t = 0; t < n; ++t) {
+      xs[t] = x + t * k;
+      ys[t] = y + t * w.rows;
+    }
     for (int64_t r = row_begin; r < row_end; r += 4) {
       const int rows = static_cast<int>(std::min<int64_t>(4, row_end - r));
       RowSource<true> source{};
       for (int j = 0; j < rows; ++j) source.rows[j] = w.row(r + j);
-      tile_rows<S, 1, true>(xs, source, rows, k, ys, r);
+      switch (n) {
+        case 3: tile_rows<S, 3, true>(xs, source, rows, k, ys, r); break;
+        case 2: tile_rows<S, 2, true>(xs, source, rows, k, ys, r); break;
+        default: tile_rows<S, 1, true>(xs, source, rows, k, ys, r); break;
+      }
     }
     return;
   }
@@ -213,10 +222,20 @@ template <typename S>
           }
           tile_rows<S, kTile, false>(xs, source, rows, k, ys, p + r);
         }
-        for (; t < t0 + tokens; ++t) {
-          const float* xs[1] = {x + t * k};
-          float* ys[1] = {y + t * w.rows};
-          tile_rows<S, 1, false>(xs, source, rows, k, ys, p + r);
+        // The last 1..kTile-1 tokens in one tile, so each weight row is read once.
+        const int64_t rest = t0 + tokens - t;
+        if (rest > 0) {
+          const float* xs[4];
+          float* ys[4];
+          for (int64_t j = 0; j < rest; ++j) {
+            xs[j] = x + (t + j) * k;
+            ys[j] = y + (t + j) * w.rows;
+          }
+          switch (rest) {
+            case 3: tile_rows<S, 3, false>(xs, source, rows, k, ys, p + r); break;
+            case 2: tile_rows<S, 2, false>(xs, source, rows, k, ys, p + r); break;
+            default: tile_rows<S, 1, false>(xs, source, rows, k, ys, p + r); break;
+          }
         }
       }
     }

@@ -13,8 +13,10 @@
 
 namespace ernie {
 
-// Most token rows the bf16 dot-product path takes; larger batches use the tiled path.
-constexpr int64_t kBf16DotMaxRows = 4;
+// Most token rows the bf16 dot-product path takes (MoE experts see batches this small
+// even in prefill); larger batches use the tiled path, which widens each weight panel
+// to fp32 once for up to 64 tokens.
+constexpr int64_t kBf16DotMaxRows = 1;
 
 // Whether this CPU (and ERNIE_ISA) allows the path for this product: dense bf16
 // weights, or FP8 weights (each e4m3 byte becomes a bf16 by placing its bits; subnormal

@@ -43,7 +43,7 @@ TEST_P(MatmulTest, MatchesTheDoubleReferenceOnOddShapes) {
   ThreadPool pool(2);
   Random random(5);
   for (const auto& [n, rows, cols] : {std::tuple{1, 1, 1}, std::tuple{1, 7, 33}, std::tuple{3, 130, 256},
-                                      std::tuple{17, 5, 1000}, std::tuple{64, 67, 48},
+                                      std::tuple{2, 19, 70}, std::tuple{17, 5, 1000}, std::tuple{64, 67, 48},
                                       std::tuple{130, 37, 129}}) {
     const OwnedMatrix w = random_matrix(GetParam(), rows, cols, static_cast<uint64_t>(rows * cols));
     std::vector<float> x(static_cast<size_t>(n * cols));

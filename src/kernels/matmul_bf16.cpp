@@ -118,35 +118,11 @@ ERNIE_BF16_TARGET void one_row(const uint16_t* hi, const uint16_t* lo, const Wei
   }
 }
 
-// The same for 3..8 tokens, where the tokens themselves give enough independent
-// accumulators: one hi and one lo per token, 32 inputs per step.
-template <int T, bool kFp8>
-ERNIE_BF16_TARGET void one_row_wide(const uint16_t* hi, const uint16_t* lo, const WeightMatrix& w, int64_t r,
-                                    float* y) {
-  const int64_t k = w.cols;
-  const void* row = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r * k) * (kFp8 ? 1 : 2);
-  __m512 acc[T][8];  // only [t][0] (hi) and [t][4] (lo) are used, as segment() addresses them
-  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][4] = _mm512_setzero_ps();
-  for (int64_t at = 0; at < k; at += 32) {
-    const int64_t left = k - at;
-    const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1ull << left) - 1);
-    segment<T, kFp8>(hi, lo, k, row, at, mask, 0, acc);
-  }
-  for (int t = 0; t < T; ++t) y[t * w.rows + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][4]));
-}
-
-template <int T, bool kFp8>
-ERNIE_BF16_TARGET inline void row_for_tokens(const uint16_t* hi, const uint16_t* lo, const WeightMatrix& w, int64_t r,
-                                             float* y) {
-  if constexpr (T <= 2) one_row<T, kFp8>(hi, lo, w, r, y);
-  else one_row_wide<T, kFp8>(hi, lo, w, r, y);
-}
-
 template <int T>
 ERNIE_BF16_TARGET void rows_range(const uint16_t* hi, const uint16_t* lo, const float* x, const WeightMatrix& w,
                                   int64_t begin, int64_t end, float* y) {
   if (w.format != WeightFormat::kFp8) {
-    for (int64_t r = begin; r < end; ++r) row_for_tokens<T, false>(hi, lo, w, r, y);
+    for (int64_t r = begin; r < end; ++r) one_row<T, false>(hi, lo, w, r, y);
     return;
   }
   // FP8: the 128x128 block scales (times the 2^120 the bit placement leaves out) go into
@@ -159,14 +135,14 @@ ERNIE_BF16_TARGET void rows_range(const uint16_t* hi, const uint16_t* lo, const 
   for (int64_t r = begin; r < end;) {
     const int64_t row_block = r / kFp8Block, stop = std::min(end, (row_block + 1) * kFp8Block);
     split_activations(x, T, k, w.scales + row_block * col_blocks, shi, slo);
-    for (; r < stop; ++r) row_for_tokens<T, true>(shi, slo, w, r, y);
+    for (; r < stop; ++r) one_row<T, true>(shi, slo, w, r, y);
   }
 }
 
 }  // namespace
 
 void reserve_bf16_dot_scratch(int64_t max_cols) {
-  const auto needed = static_cast<size_t>(2 * 8 * max_cols);  // one group of 8 tokens
+  const auto needed = static_cast<size_t>(2 * kBf16DotMaxRows * max_cols);
   if (scaled_scratch().size() < needed) scaled_scratch().resize(needed);
 }
 
@@ -184,21 +160,7 @@ void matmul_bf16_dot(ThreadPool& pool, const float* x, int64_t n, const WeightMa
   pool.parallel_for(static_cast<size_t>(chunks), 1, [&](size_t first, size_t last) {
     const int64_t begin = static_cast<int64_t>(first) * kChunk;
     const int64_t end = std::min(w.rows, static_cast<int64_t>(last) * kChunk);
-    // Tokens in groups of up to 8; a group re-reads the chunk's rows from cache.
-    for (int64_t g = 0; g < n; g += 8) {
-      const int64_t at = g * w.cols;
-      float* out = y + g * w.rows;
-      switch (std::min<int64_t>(8, n - g)) {
-        case 1: rows_range<1>(hi + at, lo + at, x + at, w, begin, end, out); break;
-        case 2: rows_range<2>(hi + at, lo + at, x + at, w, begin, end, out); break;
-        case 3: rows_range<3>(hi + at, lo + at, x + at, w, begin, end, out); break;
-        case 4: rows_range<4>(hi + at, lo + at, x + at, w, begin, end, out); break;
-        case 5: rows_range<5>(hi + at, lo + at, x + at, w, begin, end, out); break;
-        case 6: rows_range<6>(hi + at, lo + at, x + at, w, begin, end, out); break;
-        case 7: rows_range<7>(hi + at, lo + at, x + at, w, begin, end, out); break;
-        default: rows_range<8>(hi + at, lo + at, x + at, w, begin, end, out); break;
-      }
-    }
+    rows_range<1>(hi, lo, x, w, begin, end, y);
   });
 }
 #else

@@ -279,6 +279,7 @@ std::vector<float>& panel_scratch() {
 }
 
 void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
+  if (n == 0) return;
   if (bf16_dot_applies(n, w)) {
     matmul_bf16_dot(pool, x, n, w, y);
     return;
@@ -329,6 +330,7 @@ const float* MatmulInput::fp8_rounded() {
 
 void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* y) {
   if (input.cols() != w.cols) fail("matmul: input width ", input.cols(), " does not match the weight's ", w.cols);
+  if (input.n() == 0) return;
   if (is_integer(w)) {
     matmul_integer(pool, input.int8_blocks(pool, w.group), w, y);
   } else if (w.format == WeightFormat::kFp8) {

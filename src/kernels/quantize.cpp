@@ -77,6 +77,20 @@ int8_t round_clamp(float value, float lo, float hi) {
   return static_cast<int8_t>(std::clamp(std::nearbyint(value), lo, hi));
 }
 
+// The quantized matrix over `owned`, with `dense`'s shape.
+WeightMatrix quantized_matrix(const WeightMatrix& dense, WeightFormat format, int32_t group, const OwnedBytes& owned) {
+  WeightMatrix out;
+  out.format = format;
+  out.dtype = dense.dtype;
+  out.group = group;
+  out.rows = dense.rows;
+  out.cols = dense.cols;
+  out.data = owned.data;
+  out.scales = owned.scales;
+  out.storage = owned.bytes;
+  return out;
+}
+
 WeightMatrix quantize_int8(const WeightMatrix& dense, int32_t group) {
   const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
   OwnedBytes owned = allocate(static_cast<size_t>(prows * cols), static_cast<size_t>(blocks * prows));
@@ -93,16 +107,7 @@ WeightMatrix quantize_int8(const WeightMatrix& dense, int32_t group) {
       panel[(k / 4) * 64 + lane * 4 + k % 4] = static_cast<uint8_t>(round_clamp(w[k] * inverse, -127, 127) + 128);
     for (int64_t b = 0; b < blocks; ++b) owned.scales[b * prows + r] = scale;
   }
-  WeightMatrix out;
-  out.format = WeightFormat::kInt8;
-  out.dtype = dense.dtype;
-  out.group = group;
-  out.rows = rows;
-  out.cols = cols;
-  out.data = owned.data;
-  out.scales = owned.scales;
-  out.storage = owned.bytes;
-  return out;
+  return quantized_matrix(dense, WeightFormat::kInt8, group, owned);
 }
 
 WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
@@ -132,16 +137,7 @@ WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
         panel[q * 64 + lane * 4 + j] = static_cast<uint8_t>(codes[static_cast<size_t>(8 * q + j)] |
                                                             (codes[static_cast<size_t>(8 * q + 4 + j)] << 4));
   }
-  WeightMatrix out;
-  out.format = WeightFormat::kInt4;
-  out.dtype = dense.dtype;
-  out.group = group;
-  out.rows = rows;
-  out.cols = cols;
-  out.data = owned.data;
-  out.scales = owned.scales;
-  out.storage = owned.bytes;
-  return out;
+  return quantized_matrix(dense, WeightFormat::kInt4, group, owned);
 }
 
 WeightMatrix quantize_fp8(const WeightMatrix& dense) {
@@ -164,16 +160,7 @@ WeightMatrix quantize_fp8(const WeightMatrix& dense) {
           owned.data[(first + r) * cols + k] = f32_to_e4m3(block_rows[static_cast<size_t>(r * cols + k)] * inverse);
     }
   }
-  WeightMatrix out;
-  out.format = WeightFormat::kFp8;
-  out.dtype = dense.dtype;
-  out.group = static_cast<int32_t>(kFp8Block);
-  out.rows = rows;
-  out.cols = cols;
-  out.data = owned.data;
-  out.scales = owned.scales;
-  out.storage = owned.bytes;
-  return out;
+  return quantized_matrix(dense, WeightFormat::kFp8, static_cast<int32_t>(kFp8Block), owned);
 }
 
 }  // namespace

@@ -62,6 +62,22 @@ TEST_P(MatmulTest, MatchesTheDoubleReferenceOnOddShapes) {
 INSTANTIATE_TEST_SUITE_P(AllDtypes, MatmulTest, ::testing::Values(DType::kBF16, DType::kF16, DType::kF32),
                          [](const auto& test_info) { return std::string(safetensors_dtype_name(test_info.param)); });
 
+// No token rows (a step that wants no logits): nothing is read or written.
+TEST(MatmulTest, NoRowsIsANoOp) {
+  ThreadPool pool(2);
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    const OwnedMatrix w = random_matrix(dtype, 40, 64, 3);
+    float untouched = 7.0f;
+    matmul(pool, nullptr, 0, w.matrix, &untouched);
+    EXPECT_EQ(untouched, 7.0f);
+    for (WeightFormat format : {WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kFp8}) {
+      if (dtype != DType::kBF16) continue;
+      matmul(pool, nullptr, 0, quantize_weight(w.matrix, format), &untouched);
+      EXPECT_EQ(untouched, 7.0f);
+    }
+  }
+}
+
 TEST(MatmulTest, HandComputedProduct) {
   const float w[] = {1, 2, 3, 4, 5, 6};  // [2 out, 3 in]
   const float x[] = {1, 0, -1, 2, 2, 2};  // [2 rows, 3 in]

@@ -1,0 +1,36 @@
+// A FastDeploy launch line with quantization: mix_quant JSON (dense wint8, experts wint4,
+// int8 KV cache) and --use-cudagraph, served and queried with the official OpenAI client.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { startServer } from './server.mjs';
+
+const mixQuant = JSON.stringify({
+  quantization: 'mix_quant', dense_quant_type: 'wint8', moe_quant_type: 'wint4', kv_cache_quant_type: 'int8',
+});
+
+test('quantized server answers, streamed and not, with the same greedy text', { timeout: 120000 }, async () => {
+  const server = await startServer(['--quantization', mixQuant, '--use-cudagraph']);
+  try {
+    assert.match(server.output(), /quantization: dense layers wint8, experts wint4, LM head wint8, KV cache int8/);
+    assert.match(server.output(), /use-cudagraph.*on anyway/);
+    const client = new OpenAI({ apiKey: 'unused', baseURL: `${server.baseURL}/v1` });
+    const messages = [{ role: 'user', content: 'Count to five.' }];
+    const whole = await client.chat.completions.create({ model: 'default', messages, max_tokens: 12, temperature: 0 });
+    assert.equal(typeof whole.choices[0].message.content, 'string');
+    assert.ok(whole.usage.completion_tokens >= 1);
+    const stream = await client.chat.completions.create({
+      model: 'default', messages, max_tokens: 12, temperature: 0, stream: true,
+    });
+    let streamed = '';
+    for await (const chunk of stream) streamed += chunk.choices[0]?.delta?.content ?? '';
+    assert.equal(streamed, whole.choices[0].message.content);
+  } finally {
+    assert.equal(await server.stop(), 0);
+  }
+});
+
+test('a quantization ernie.cpp cannot run is refused at start, naming the accepted ones', { timeout: 60000 }, async () => {
+  await assert.rejects(startServer(['--quantization', 'w4a8']),
+                       /FastDeploy GPU scheme ernie.cpp does not run on CPUs; use wint8, wint4, block_wise_fp8/);
+});

@@ -171,8 +171,10 @@ int bench_command(int argc, char** argv) {
     config.prefix_caching = false;  // a repeated prompt must be recomputed, not served from the cache
     LoadedEngine engine = load_engine(args.get("model"), config, thread_count_from_flag(args.get_int("threads")));
     const int vocab = engine.model->config().vocab_size;
+    // Warm-up, as llama-bench does: one prompt of the measured length pages the weights
+    // in and sizes the step buffers, so the first repetition is not charged for it.
     Stopwatch warm_clock;
-    run_requests(*engine.client, {random_prompt(random, 8, vocab)}, 2, warm_clock, "warmup-");
+    run_requests(*engine.client, {random_prompt(random, std::max<int64_t>(pp, 8), vocab)}, 2, warm_clock, "warmup-");
     std::vector<double> pp_rates, tg_rates;
     for (int64_t r = 0; r < repetitions; ++r) {
       if (pp > 0) {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/fast_exp.h"
+#include "kernels/simd_dispatch.h"
+
 namespace ernie {
 
 void rms_norm(const float* x, int64_t n, int64_t h, const float* weight, float eps, float* y) {
@@ -23,13 +26,34 @@ std::vector<float> rope_inverse_frequencies(int head_dim, double theta) {
   return inv_freq;
 }
 
+namespace {
+
+// The angle is formed in fp32 as the reference does; cos/sin of it are exact-rounded.
+inline void pair_rotation(float position, float inv_freq, float& c, float& s) {
+  const float angle = position * inv_freq;
+  c = static_cast<float>(std::cos(static_cast<double>(angle)));
+  s = static_cast<float>(std::sin(static_cast<double>(angle)));
+}
+
+}  // namespace
+
+void rope_rotation(float position, int head_dim, const float* inv_freq, float* cos_sin) {
+  for (int i = 0; i < head_dim / 2; ++i) pair_rotation(position, inv_freq[i], cos_sin[2 * i], cos_sin[2 * i + 1]);
+}
+
 void apply_rope(float* heads, int num_heads, int head_dim, float position, const float* inv_freq) {
+  for (int i = 0; i < head_dim / 2; ++i) {
+    float cos_sin[2];
+    pair_rotation(position, inv_freq[i], cos_sin[0], cos_sin[1]);
+    // One pair at a time: rotating pair i of every head is a 2-wide call.
+    for (int head = 0; head < num_heads; ++head) apply_rope_rotation(heads + head * head_dim + 2 * i, 1, 2, cos_sin);
+  }
+}
+
+void apply_rope_rotation(float* heads, int num_heads, int head_dim, const float* cos_sin) {
   const int pairs = head_dim / 2;
   for (int i = 0; i < pairs; ++i) {
-    // The angle is formed in fp32 as the reference does; cos/sin of it are exact-rounded.
-    const float angle = position * inv_freq[i];
-    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
-    const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
     for (int head = 0; head < num_heads; ++head) {
       float* pair = heads + head * head_dim + 2 * i;
       const float even = pair[0], odd = pair[1];
@@ -39,10 +63,11 @@ void apply_rope(float* heads, int num_heads, int head_dim, float position, const
   }
 }
 
+ERNIE_CLONE_FOR_ISAS
 void silu_mul(float* gate, const float* up, int64_t count) {
   for (int64_t i = 0; i < count; ++i) {
     const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    gate[i] = g / (1.0f + fast_exp(-g)) * up[i];
   }
 }
 

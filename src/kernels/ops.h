@@ -16,7 +16,13 @@ std::vector<float> rope_inverse_frequencies(int head_dim, double theta);
 // angles position · inv_freq[i] (spec §2.2, "GLM style", not NeoX halves).
 void apply_rope(float* heads, int num_heads, int head_dim, float position, const float* inv_freq);
 
-// gate[i] = silu(gate[i]) * up[i].
+// The same in two steps, so one position's rotation serves every layer: cos_sin gets
+// [cos θ_0, sin θ_0, cos θ_1, ...] (head_dim values), then heads are rotated by it.
+void rope_rotation(float position, int head_dim, const float* inv_freq, float* cos_sin);
+void apply_rope_rotation(float* heads, int num_heads, int head_dim, const float* cos_sin);
+
+// gate[i] = silu(gate[i]) * up[i], with exp from kernels/fast_exp.h (relative error
+// ~1e-7, vectorised).
 void silu_mul(float* gate, const float* up, int64_t count);
 
 // In-place softmax over `count` values, computed in fp32 with the max subtracted.

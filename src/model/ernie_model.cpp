@@ -163,6 +163,16 @@ std::vector<float>& ErnieModel::forward(const ForwardBatch& batch) {
     convert_to_f32(weights_.embedding.dtype, weights_.embedding.row(batch.tokens[static_cast<size_t>(t)]), x + t * h,
                    static_cast<size_t>(h));
 
+  // RoPE rotations of every row's position, shared by all layers.
+  const int hd = config_.head_dim;
+  float* rotations = sized(rope_cos_sin_, n * hd);
+  for_rows(n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const double position = static_cast<double>(slots_[static_cast<size_t>(t)].position) / config_.compression_ratio;
+      rope_rotation(static_cast<float>(position), hd, rope_inv_freq_.data(), rotations + t * hd);
+    }
+  });
+
   float* normed = sized(normed_, n * h);
   float* block_out = sized(block_out_, n * h);
   for (int layer_index = 0; layer_index < config_.num_hidden_layers; ++layer_index) {
@@ -219,9 +229,9 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
   for_rows(n, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const TokenSlot& slot = slots_[static_cast<size_t>(t)];
-      const float position = static_cast<float>(static_cast<double>(slot.position) / config_.compression_ratio);
-      apply_rope(q + t * q_width, heads, hd, position, rope_inv_freq_.data());
-      apply_rope(k + t * kv_width, kv_heads, hd, position, rope_inv_freq_.data());
+      const float* rotation = rope_cos_sin_.data() + t * hd;
+      apply_rope_rotation(q + t * q_width, heads, hd, rotation);
+      apply_rope_rotation(k + t * kv_width, kv_heads, hd, rotation);
       store_kv_row(k + t * kv_width, kv_heads, hd, kv_storage_, slot.chunk->cache->key(layer_index, slot.position));
       store_kv_row(v + t * kv_width, kv_heads, hd, kv_storage_, slot.chunk->cache->value(layer_index, slot.position));
     }

@@ -119,6 +119,7 @@ class ErnieModel {
   std::thread::id threads_prepared_for_;  // the caller whose pool threads have sized buffers
 
   // The forward pass's working memory (see forward()).
+  std::vector<float> rope_cos_sin_;  // [rows][head_dim]: RoPE rotation of each row's position
   std::vector<float> x_, normed_, block_out_, q_, k_, v_, attended_, gate_, up_, down_, last_, logits_;
   std::vector<float> router_logits_, expert_in_, expert_out_, probs_, scores_, chosen_weight_;
   std::vector<int32_t> order_, chosen_expert_, expert_count_, expert_offset_;

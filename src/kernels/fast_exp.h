@@ -1,6 +1,7 @@
 // exp(x) for element-wise loops the compiler should vectorise (std::exp is a libm call
 // per value). x·log2(e) = n + f with n integer and |f| <= 1/2; 2^f from its Taylor
 // series to degree 7 (truncation ~5e-9 relative), 2^n placed in the exponent bits.
+// Rounding x·log2(e) to fp32 dominates the error: about 5e-8·|x| relative.
 // Inputs below -87 give 0, above 88 give +inf as std::exp would.
 #pragma once
 

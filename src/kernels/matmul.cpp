@@ -342,6 +342,23 @@ void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* 
   }
 }
 
+void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const WeightMatrix* const> weights,
+                         std::span<float* const> outputs) {
+  if (weights.size() != outputs.size() || weights.empty() || weights.size() > 4)
+    fail("matmul_shared_input takes 1 to 4 weights, each with an output");
+  for (const WeightMatrix* w : weights)
+    if (w->cols != input.cols()) fail("matmul: input width ", input.cols(), " does not match the weight's ", w->cols);
+  if (input.n() == 0) return;
+  const auto all = [&](auto predicate) { return std::all_of(weights.begin(), weights.end(), predicate); };
+  if (all([&](const WeightMatrix* w) { return is_integer(*w) && w->group == weights[0]->group; })) {
+    matmul_integer_group(pool, input.int8_blocks(pool, weights[0]->group), weights, outputs);
+  } else if (all([&](const WeightMatrix* w) { return w->dense() && bf16_dot_applies(input.n(), *w); })) {
+    matmul_bf16_dot_group(pool, input.x(), input.n(), weights, outputs);
+  } else {
+    for (size_t i = 0; i < weights.size(); ++i) matmul(pool, input, *weights[i], outputs[i]);
+  }
+}
+
 void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
   if (w.dense()) {
     matmul_float(pool, x, n, w, y);

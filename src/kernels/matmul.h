@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/quantize.h"
 #include "tensor/weight_matrix.h"
@@ -36,6 +37,11 @@ class MatmulInput {
 
 // y[n, w.rows] = x · Wᵀ for any weight format.
 void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* y);
+// y_i = x · W_iᵀ for up to 4 weights that read the same input (q, k and v; gate and
+// up): in one parallel loop where their kernels allow it, else one after another.
+void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const WeightMatrix* const> weights,
+                         std::span<float* const> outputs);
+
 // The same for a one-off input (its quantization buffers are per thread and reused).
 void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y);
 

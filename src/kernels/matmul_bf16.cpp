@@ -5,6 +5,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/quantize.h"
+#include "util/error.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -147,25 +148,42 @@ void reserve_bf16_dot_scratch(int64_t max_cols) {
 }
 
 void matmul_bf16_dot(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
-  // Only the calling thread splits; its buffer grows with the largest batch it sees.
+  const WeightMatrix* ws[1] = {&w};
+  float* ys[1] = {y};
+  matmul_bf16_dot_group(pool, x, n, ws, ys);
+}
+
+void matmul_bf16_dot_group(ThreadPool& pool, const float* x, int64_t n, std::span<const WeightMatrix* const> ws,
+                           std::span<float* const> ys) {
+  constexpr size_t kMaxWeights = 4;
+  if (n != 1 || ws.empty() || ws.size() > kMaxWeights || ws.size() != ys.size())
+    fail("matmul_bf16_dot_group takes one token row and 1 to 4 weights");
+  const int64_t k = ws[0]->cols;
+  // Only the calling thread splits; its buffer grows with the widest input it sees.
   thread_local std::vector<uint16_t> split;
-  if (split.size() < static_cast<size_t>(2 * n * w.cols)) split.resize(static_cast<size_t>(2 * n * w.cols));
+  if (split.size() < static_cast<size_t>(2 * k)) split.resize(static_cast<size_t>(2 * k));
   uint16_t* hi = split.data();
-  uint16_t* lo = split.data() + n * w.cols;
-  split_activations(x, n, w.cols, nullptr, hi, lo);
+  uint16_t* lo = split.data() + k;
+  split_activations(x, 1, k, nullptr, hi, lo);
   // Chunks of 128 rows: enough per task to amortise the hand-out, many tasks per thread,
   // and one FP8 row block each.
   constexpr int64_t kChunk = 128;
-  const int64_t chunks = (w.rows + kChunk - 1) / kChunk;
-  pool.parallel_for(static_cast<size_t>(chunks), 1, [&](size_t first, size_t last) {
-    const int64_t begin = static_cast<int64_t>(first) * kChunk;
-    const int64_t end = std::min(w.rows, static_cast<int64_t>(last) * kChunk);
-    rows_range<1>(hi, lo, x, w, begin, end, y);
+  int64_t first_chunk[kMaxWeights + 1] = {0};  // chunks of weight i: [first_chunk[i], first_chunk[i + 1])
+  for (size_t i = 0; i < ws.size(); ++i) first_chunk[i + 1] = first_chunk[i] + (ws[i]->rows + kChunk - 1) / kChunk;
+  pool.parallel_for(static_cast<size_t>(first_chunk[ws.size()]), 1, [&](size_t first, size_t last) {
+    for (auto c = static_cast<int64_t>(first); c < static_cast<int64_t>(last); ++c) {
+      size_t i = 0;
+      while (c >= first_chunk[i + 1]) ++i;
+      const int64_t begin = (c - first_chunk[i]) * kChunk;
+      rows_range<1>(hi, lo, x, *ws[i], begin, std::min(ws[i]->rows, begin + kChunk), ys[i]);
+    }
   });
 }
 #else
 void reserve_bf16_dot_scratch(int64_t) {}
 void matmul_bf16_dot(ThreadPool&, const float*, int64_t, const WeightMatrix&, float*) {}
+void matmul_bf16_dot_group(ThreadPool&, const float*, int64_t, std::span<const WeightMatrix* const>,
+                           std::span<float* const>) {}
 #endif
 
 }  // namespace ernie

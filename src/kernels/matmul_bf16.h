@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "tensor/weight_matrix.h"
 #include "util/thread_pool.h"
@@ -28,5 +29,10 @@ void reserve_bf16_dot_scratch(int64_t max_cols);
 
 // y[n, w.rows] = x · Wᵀ; requires bf16_dot_applies(n, w).
 void matmul_bf16_dot(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y);
+
+// The same for up to 4 weights that read the same x, in one parallel loop; requires
+// bf16_dot_applies for each.
+void matmul_bf16_dot_group(ThreadPool& pool, const float* x, int64_t n, std::span<const WeightMatrix* const> ws,
+                           std::span<float* const> ys);
 
 }  // namespace ernie

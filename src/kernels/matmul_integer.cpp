@@ -5,6 +5,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/simd_dispatch.h"
+#include "util/error.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -210,17 +211,36 @@ PanelKernel select_kernel() {
 }  // namespace
 
 void matmul_integer(ThreadPool& pool, const QuantizedActivations& x, const WeightMatrix& w, float* y) {
+  const WeightMatrix* ws[1] = {&w};
+  float* ys[1] = {y};
+  matmul_integer_group(pool, x, ws, ys);
+}
+
+void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::span<const WeightMatrix* const> ws,
+                          std::span<float* const> ys) {
   static const PanelKernel kernel = select_kernel();
-  const IntegerWeight iw = describe(w);
-  const int64_t panels = iw.prows / kQuantPanelRows;
+  constexpr size_t kMaxWeights = 4;
+  if (ws.size() > kMaxWeights || ws.size() != ys.size()) fail("matmul_integer_group takes 1 to 4 weights");
   // Work is split in units of panels so every thread streams its own share of the
   // weights. Decode (few tokens) is bound by memory: long units of 12 panels keep each
   // stream going. Prefill is bound by arithmetic: units of 3 panels (one 4x3 tile column)
   // even out the threads' shares, at the cost of re-reading activations from cache.
   const int64_t unit = x.n >= 16 ? 3 : 12;
-  const int64_t units = (panels + unit - 1) / unit;
-  pool.parallel_for(static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
-    kernel(x, iw, static_cast<int64_t>(begin) * unit, std::min(panels, static_cast<int64_t>(end) * unit), y);
+  IntegerWeight described[kMaxWeights];
+  int64_t first_unit[kMaxWeights + 1] = {0};  // units of weight i: [first_unit[i], first_unit[i + 1])
+  for (size_t i = 0; i < ws.size(); ++i) {
+    described[i] = describe(*ws[i]);
+    const int64_t panels = described[i].prows / kQuantPanelRows;
+    first_unit[i + 1] = first_unit[i] + (panels + unit - 1) / unit;
+  }
+  pool.parallel_for(static_cast<size_t>(first_unit[ws.size()]), 1, [&](size_t begin, size_t end) {
+    for (auto u = static_cast<int64_t>(begin); u < static_cast<int64_t>(end); ++u) {
+      size_t i = 0;
+      while (u >= first_unit[i + 1]) ++i;
+      const int64_t panels = described[i].prows / kQuantPanelRows;
+      const int64_t p = (u - first_unit[i]) * unit;
+      kernel(x, described[i], p, std::min(panels, p + unit), ys[i]);
+    }
   });
 }
 

@@ -4,12 +4,19 @@
 // agree up to the float rounding of the per-block epilogue.
 #pragma once
 
+#include <span>
+
 #include "kernels/quantize.h"
 #include "util/thread_pool.h"
 
 namespace ernie {
 
 void matmul_integer(ThreadPool& pool, const QuantizedActivations& x, const WeightMatrix& w, float* y);
+
+// Several weights that read the same activations (q, k and v; gate and up), up to 4, in
+// one parallel loop: fewer hand-offs, and the threads' shares even out across them.
+void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::span<const WeightMatrix* const> ws,
+                          std::span<float* const> ys);
 
 // The same sum in double on one thread, from dequantize_weight: the tests' oracle.
 void matmul_integer_reference(const QuantizedActivations& x, const WeightMatrix& w, float* y);

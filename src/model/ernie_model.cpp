@@ -221,9 +221,9 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
   float* k = sized(k_, n * kv_width);
   float* v = sized(v_, n * kv_width);
   input_.reset(normed_.data(), n, config_.hidden_size);
-  matmul(pool_, input_, layer.attention.q, q);
-  matmul(pool_, input_, layer.attention.k, k);
-  matmul(pool_, input_, layer.attention.v, v);
+  const WeightMatrix* qkv[] = {&layer.attention.q, &layer.attention.k, &layer.attention.v};
+  float* qkv_out[] = {q, k, v};
+  matmul_shared_input(pool_, input_, qkv, qkv_out);
 
   // RoPE on q and k, then append k and v to each sequence's cache.
   for_rows(n, [&](int64_t t0, int64_t t1) {
@@ -272,8 +272,9 @@ void ErnieModel::mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out
   const int64_t n = input.n(), inner = mlp.gate.rows;
   float* gate = sized(gate_, n * inner);
   float* up = sized(up_, n * inner);
-  matmul(pool_, input, mlp.gate, gate);
-  matmul(pool_, input, mlp.up, up);
+  const WeightMatrix* gate_up[] = {&mlp.gate, &mlp.up};
+  float* gate_up_out[] = {gate, up};
+  matmul_shared_input(pool_, input, gate_up, gate_up_out);
   for_rows(n, [&](int64_t t0, int64_t t1) { silu_mul(gate + t0 * inner, up + t0 * inner, (t1 - t0) * inner); });
   float* down = sized(down_, n * mlp.down.rows);
   matmul(pool_, gate, n, mlp.down, down);

@@ -181,3 +181,37 @@ TEST(QuantizeTest, ActivationBlocksAreExact) {
 
 }  // namespace
 }  // namespace ernie
+
+namespace ernie {
+namespace {
+
+// Weights sharing one input (q, k, v) give in one grouped call exactly what separate
+// calls give, for the integer, bf16-decode and mixed (fallback) cases.
+TEST(MatmulSharedInputTest, EqualsSeparateCalls) {
+  ThreadPool pool(2);
+  const OwnedDense a = random_bf16(300, 256, 21), b = random_bf16(40, 256, 22), c = random_bf16(17, 256, 23);
+  for (int64_t n : {1, 5, 40}) {
+    for (int mode = 0; mode < 3; ++mode) {
+      const WeightFormat format = mode == 0 ? WeightFormat::kInt8 : mode == 1 ? WeightFormat::kDense : WeightFormat::kInt4;
+      const WeightMatrix wa = quantize_weight(a.matrix, format);
+      const WeightMatrix wb = quantize_weight(b.matrix, format);
+      // The mixed case: the third weight in another format, so the call falls back.
+      const WeightMatrix wc = quantize_weight(c.matrix, mode == 2 ? WeightFormat::kInt8 : format);
+      const std::vector<float> x = random_activations(n, 256, static_cast<uint64_t>(n));
+      std::vector<float> ya(static_cast<size_t>(n * 300)), yb(static_cast<size_t>(n * 40)), yc(static_cast<size_t>(n * 17));
+      MatmulInput input;
+      input.reset(x.data(), n, 256);
+      const WeightMatrix* ws[] = {&wa, &wb, &wc};
+      float* ys[] = {ya.data(), yb.data(), yc.data()};
+      matmul_shared_input(pool, input, ws, ys);
+      for (int i = 0; i < 3; ++i) {
+        std::vector<float> alone(static_cast<size_t>(n * ws[i]->rows));
+        matmul(pool, x.data(), n, *ws[i], alone.data());
+        EXPECT_EQ(alone, std::vector<float>(ys[i], ys[i] + n * ws[i]->rows)) << "n=" << n << " mode=" << mode << " weight " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ernie

@@ -199,11 +199,115 @@ ERNIE_VNNI_TARGET void panels_vnni(const QuantizedActivations& x, const IntegerW
 }
 #endif
 
+#if defined(__x86_64__)
+#define ERNIE_AVX2_TARGET __attribute__((target("avx2,fma")))
+
+// AVX2 has no vpdpbusd; vpmaddubsw + vpmaddwd give the same 4-byte dot products. The
+// pair sums saturate at 16 bits, so int8 weights (stored + 128) go in as their signed
+// value's magnitude with its sign moved onto the activation: |w| * |x| <= 127 * 127, a
+// pair stays below 32767, and the sum is Σ w·x with no offset to remove. int4 codes
+// (0..15) go in as they are: 15 * 127 * 2 fits.
+ERNIE_AVX2_TARGET inline __m256i dot4_avx2(__m256i acc, __m256i weights, __m256i x, bool signed_int8) {
+  __m256i pairs;
+  if (signed_int8) {
+    const __m256i w = _mm256_xor_si256(weights, _mm256_set1_epi8(static_cast<char>(0x80)));
+    pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+  } else {
+    pairs = _mm256_maddubs_epi16(weights, x);
+  }
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+// MR tokens x one panel, as two halves of 8 rows (a 64-byte line is two 32-byte halves).
+template <int MR>
+ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0, int64_t p,
+                                        float* y) {
+  __m256 total[MR][2];
+  for (int t = 0; t < MR; ++t) total[t][0] = total[t][1] = _mm256_setzero_ps();
+  const uint8_t* panel = w.data + p * w.panel_bytes;
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+  // int8 sums come out exact (no offset); int4 sums carry 8 * Σx per block.
+  const int32_t offset = w.int4 ? 8 : 0;
+  for (int64_t b = 0; b < w.blocks; ++b) {
+    __m256i sum[MR][2];
+    for (int t = 0; t < MR; ++t) sum[t][0] = sum[t][1] = _mm256_setzero_si256();
+    if (w.int4) {
+      for (int64_t q = b * w.group / 8; q < (b + 1) * w.group / 8; ++q) {
+        __m256i lo[2], hi[2];
+        for (int h = 0; h < 2; ++h) {
+          const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + q * kLineBytes + 32 * h));
+          lo[h] = _mm256_and_si256(half, low_nibbles);
+          hi[h] = _mm256_and_si256(_mm256_srli_epi16(half, 4), low_nibbles);
+        }
+        for (int t = 0; t < MR; ++t) {
+          const int8_t* xr = x.values.data() + (t0 + t) * x.cols + 8 * q;
+          int32_t first, second;
+          std::memcpy(&first, xr, 4);
+          std::memcpy(&second, xr + 4, 4);
+          const __m256i xa = _mm256_set1_epi32(first), xb = _mm256_set1_epi32(second);
+          for (int h = 0; h < 2; ++h) sum[t][h] = dot4_avx2(dot4_avx2(sum[t][h], lo[h], xa, false), hi[h], xb, false);
+        }
+      }
+    } else {
+      for (int64_t q = b * w.group / 4; q < (b + 1) * w.group / 4; ++q) {
+        __m256i half[2];
+        for (int h = 0; h < 2; ++h)
+          half[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + q * kLineBytes + 32 * h));
+        for (int t = 0; t < MR; ++t) {
+          int32_t four;
+          std::memcpy(&four, x.values.data() + (t0 + t) * x.cols + 4 * q, 4);
+          const __m256i xv = _mm256_set1_epi32(four);
+          for (int h = 0; h < 2; ++h) sum[t][h] = dot4_avx2(sum[t][h], half[h], xv, true);
+        }
+      }
+    }
+    for (int t = 0; t < MR; ++t) {
+      const int64_t at = (t0 + t) * w.blocks + b;
+      const __m256 xscale = _mm256_set1_ps(x.scales[static_cast<size_t>(at)]);
+      const __m256i correction = _mm256_set1_epi32(offset * x.sums[static_cast<size_t>(at)]);
+      for (int h = 0; h < 2; ++h) {
+        const __m256 wscale = _mm256_loadu_ps(w.scales + b * w.prows + p * kQuantPanelRows + 8 * h);
+        const __m256 exact = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum[t][h], correction));
+        total[t][h] = _mm256_fmadd_ps(exact, _mm256_mul_ps(wscale, xscale), total[t][h]);
+      }
+    }
+  }
+  const int64_t first_row = p * kQuantPanelRows;
+  const int64_t valid = std::min(kQuantPanelRows, w.rows - first_row);
+  for (int t = 0; t < MR; ++t) {
+    float* out = y + (t0 + t) * w.rows + first_row;
+    if (valid == kQuantPanelRows) {
+      _mm256_storeu_ps(out, total[t][0]);
+      _mm256_storeu_ps(out + 8, total[t][1]);
+    } else {
+      alignas(32) float rows[kQuantPanelRows];
+      _mm256_store_ps(rows, total[t][0]);
+      _mm256_store_ps(rows + 8, total[t][1]);
+      std::memcpy(out, rows, static_cast<size_t>(valid) * sizeof(float));
+    }
+  }
+}
+
+ERNIE_AVX2_TARGET void panels_avx2(const QuantizedActivations& x, const IntegerWeight& w, int64_t panel_begin,
+                                   int64_t panel_end, float* y) {
+  const int64_t chunk = std::clamp<int64_t>((256 * 1024 / x.cols) / 2 * 2, 2, 256);
+  for (int64_t c0 = 0; c0 < x.n; c0 += chunk) {
+    const int64_t c1 = std::min(x.n, c0 + chunk);
+    for (int64_t p = panel_begin; p < panel_end; ++p) {
+      int64_t t = c0;
+      for (; t + 2 <= c1; t += 2) avx2_tile<2>(x, w, t, p, y);
+      if (t < c1) avx2_tile<1>(x, w, t, p, y);
+    }
+  }
+}
+#endif
+
 using PanelKernel = void (*)(const QuantizedActivations&, const IntegerWeight&, int64_t, int64_t, float*);
 
 PanelKernel select_kernel() {
 #if defined(__x86_64__)
   if (active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_vnni) return panels_vnni;
+  if (active_isa_level() >= IsaLevel::kAvx2) return panels_avx2;
 #endif
   return panels_portable;
 }

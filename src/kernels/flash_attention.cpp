@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "kernels/cpu_features.h"
+#include "kernels/fast_exp.h"
 
 // The vector helpers below are always inlined into functions compiled for one ISA, so
 // the calling-convention note GCC gives for vector arguments never applies.
@@ -174,15 +175,7 @@ ERNIE_INLINE typename L::Float exp2_nonpositive(typename L::Float t) {
   // Adding and subtracting 1.5·2^23 rounds to the nearest integer (|t| is far below 2^22).
   const F shifter = L::constant(12582912.0f);
   const F n = (t + shifter) - shifter;
-  const F f = t - n;
-  F p = L::constant(1.5252733804059838e-05f);
-  p = p * f + 1.5403530393381606e-04f;
-  p = p * f + 1.3333558146428441e-03f;
-  p = p * f + 9.618129107628477e-03f;
-  p = p * f + 5.5504108664821576e-02f;
-  p = p * f + 2.402265069591007e-01f;
-  p = p * f + 6.931471805599453e-01f;
-  p = p * f + 1.0f;
+  const F p = exp2_taylor(t - n);
   // n = -127 gives a zero exponent field, i.e. 2^n flushed to 0: exactly what masked
   // positions need.
   const I bits = (__builtin_convertvector(n, I) + 127) << 23;

@@ -31,7 +31,7 @@ std::vector<OptionSpec> engine_option_specs() {
       {"seed", "S", "seeds the requests that bring no seed of their own", "0"},
       {"threads", "N", "worker threads, 0 = one per hardware thread", "0"},
       {"quantization", "NAME|JSON",
-       "quantize the weights at load: wint8, wint4, block_wise_fp8, or mix_quant JSON (README: Quantization)", ""},
+       "quantize the weights at load: wint8, wint4, block_wise_fp8, or mix_quant JSON (docs/quantization.md)", ""},
   };
 }
 

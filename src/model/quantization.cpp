@@ -1,5 +1,8 @@
 #include "model/quantization.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "kernels/quantize.h"
@@ -127,6 +130,19 @@ void for_each_linear(Weights& weights, Visit visit) {
   visit(weights.lm_head, LinearRole::kHead);
 }
 
+// A zero-copy view's pages in the checkpoint mapping were read while quantizing it and
+// would stay resident; once the quantized copy replaces it they go back to the kernel
+// (the page cache keeps them, the process's RSS does not). Only whole pages inside the
+// view are released, so a neighbouring tensor sharing a boundary page keeps it.
+void release_mapped_pages(const WeightMatrix& view) {
+  if (view.storage != nullptr || view.data == nullptr) return;  // owned copies are freed with their storage
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<uintptr_t>(view.data);
+  const uintptr_t begin = (first + page - 1) / page * page;
+  const uintptr_t end = (first + static_cast<uintptr_t>(view.rows) * view.row_bytes()) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 }  // namespace
 
 int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool) {
@@ -141,8 +157,14 @@ int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, Thread
   pool.parallel_for(work.size(), 1, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       auto& [matrix, format] = work[i];
-      if (can_quantize(*matrix, format)) *matrix = quantize_weight(*matrix, format);
-      else kept_dense[i] = 1;
+      if (!can_quantize(*matrix, format)) {
+        kept_dense[i] = 1;
+        continue;
+      }
+      const WeightMatrix source = *matrix;
+      *matrix = quantize_weight(source, format);
+      // The tied head's source is the embedding, which lookups still read.
+      if (source.data != weights.embedding.data) release_mapped_pages(source);
     }
   });
   int kept = 0;

@@ -281,7 +281,7 @@ std::vector<float>& panel_scratch() {
 void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
   if (n == 0) return;
   if (bf16_dot_applies(n, w)) {
-    matmul_bf16_dot(pool, x, n, w, y);
+    matmul_bf16_dot(pool, x, w, y);
     return;
   }
   static const RowRangeKernel kernel = select_kernel();
@@ -335,7 +335,7 @@ void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* 
     matmul_integer(pool, input.int8_blocks(pool, w.group), w, y);
   } else if (w.format == WeightFormat::kFp8) {
     const float* rounded = input.fp8_rounded();
-    if (bf16_dot_applies(input.n(), w)) matmul_bf16_dot(pool, rounded, input.n(), w, y);
+    if (bf16_dot_applies(input.n(), w)) matmul_bf16_dot(pool, rounded, w, y);
     else matmul_float(pool, rounded, input.n(), w, y);
   } else {
     matmul_float(pool, input.x(), input.n(), w, y);
@@ -353,7 +353,7 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
   if (all([&](const WeightMatrix* w) { return is_integer(*w) && w->group == weights[0]->group; })) {
     matmul_integer_group(pool, input.int8_blocks(pool, weights[0]->group), weights, outputs);
   } else if (all([&](const WeightMatrix* w) { return w->dense() && bf16_dot_applies(input.n(), *w); })) {
-    matmul_bf16_dot_group(pool, input.x(), input.n(), weights, outputs);
+    matmul_bf16_dot_group(pool, input.x(), weights, outputs);
   } else {
     for (size_t i = 0; i < weights.size(); ++i) matmul(pool, input, *weights[i], outputs[i]);
   }

@@ -14,25 +14,22 @@
 
 namespace ernie {
 
-// Token rows the dot-product path takes: decode of one sequence, where it runs at memory
-// speed. For 2 to 32 rows it measured 2-3x slower here (AMD EPYC, 3072 x 1024) than the
-// tiled path, which widens bf16 to fp32 in registers or panels for FMAs.
-constexpr int64_t kBf16DotMaxRows = 1;
-
-// Whether this CPU (and ERNIE_ISA) allows the path for this product: dense bf16
-// weights, or FP8 weights (each e4m3 byte becomes a bf16 by placing its bits; subnormal
+// Whether this CPU (and ERNIE_ISA) allows the path for this product: one token row (the
+// decode of one sequence, where it runs at memory speed; for 2 to 32 rows it measured
+// 2-3x slower here, AMD EPYC at 3072 x 1024, than the tiled path, which widens bf16 to
+// fp32 in registers or panels for FMAs) against dense bf16 weights or FP8 weights (each e4m3 byte becomes a bf16 by placing its bits; subnormal
 // e4m3 values, below 2^-6 of a block's scale unit, then read as zero).
 bool bf16_dot_applies(int64_t n, const WeightMatrix& w);
 
 // Sizes the calling thread's buffers for weights of up to `max_cols` inputs.
 void reserve_bf16_dot_scratch(int64_t max_cols);
 
-// y[n, w.rows] = x · Wᵀ; requires bf16_dot_applies(n, w).
-void matmul_bf16_dot(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y);
+// y[w.rows] = x · Wᵀ for one token row x; requires bf16_dot_applies(1, w).
+void matmul_bf16_dot(ThreadPool& pool, const float* x, const WeightMatrix& w, float* y);
 
 // The same for up to 4 weights that read the same x, in one parallel loop; requires
-// bf16_dot_applies for each.
-void matmul_bf16_dot_group(ThreadPool& pool, const float* x, int64_t n, std::span<const WeightMatrix* const> ws,
+// bf16_dot_applies(1, ·) for each.
+void matmul_bf16_dot_group(ThreadPool& pool, const float* x, std::span<const WeightMatrix* const> ws,
                            std::span<float* const> ys);
 
 }  // namespace ernie

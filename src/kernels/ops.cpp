@@ -26,27 +26,12 @@ std::vector<float> rope_inverse_frequencies(int head_dim, double theta) {
   return inv_freq;
 }
 
-namespace {
-
-// The angle is formed in fp32 as the reference does; cos/sin of it are exact-rounded.
-inline void pair_rotation(float position, float inv_freq, float& c, float& s) {
-  const float angle = position * inv_freq;
-  c = static_cast<float>(std::cos(static_cast<double>(angle)));
-  s = static_cast<float>(std::sin(static_cast<double>(angle)));
-}
-
-}  // namespace
-
 void rope_rotation(float position, int head_dim, const float* inv_freq, float* cos_sin) {
-  for (int i = 0; i < head_dim / 2; ++i) pair_rotation(position, inv_freq[i], cos_sin[2 * i], cos_sin[2 * i + 1]);
-}
-
-void apply_rope(float* heads, int num_heads, int head_dim, float position, const float* inv_freq) {
   for (int i = 0; i < head_dim / 2; ++i) {
-    float cos_sin[2];
-    pair_rotation(position, inv_freq[i], cos_sin[0], cos_sin[1]);
-    // One pair at a time: rotating pair i of every head is a 2-wide call.
-    for (int head = 0; head < num_heads; ++head) apply_rope_rotation(heads + head * head_dim + 2 * i, 1, 2, cos_sin);
+    // The angle is formed in fp32 as the reference does; cos/sin of it are exact-rounded.
+    const float angle = position * inv_freq[i];
+    cos_sin[2 * i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+    cos_sin[2 * i + 1] = static_cast<float>(std::sin(static_cast<double>(angle)));
   }
 }
 

@@ -12,12 +12,10 @@ void rms_norm(const float* x, int64_t n, int64_t h, const float* weight, float e
 // Inverse frequencies θ^(−2i/head_dim), i < head_dim/2, as the reference computes them.
 std::vector<float> rope_inverse_frequencies(int head_dim, double theta);
 
-// Rotates the adjacent pairs (2i, 2i+1) of each of `num_heads` heads in place by the
-// angles position · inv_freq[i] (spec §2.2, "GLM style", not NeoX halves).
-void apply_rope(float* heads, int num_heads, int head_dim, float position, const float* inv_freq);
-
-// The same in two steps, so one position's rotation serves every layer: cos_sin gets
-// [cos θ_0, sin θ_0, cos θ_1, ...] (head_dim values), then heads are rotated by it.
+// RoPE rotates the adjacent pairs (2i, 2i+1) of each head by the angles
+// position · inv_freq[i] (spec §2.2, "GLM style", not NeoX halves). In two steps, so one
+// position's rotation serves every layer: cos_sin gets [cos θ_0, sin θ_0, cos θ_1, ...]
+// (head_dim values), then `num_heads` heads are rotated by it in place.
 void rope_rotation(float position, int head_dim, const float* inv_freq, float* cos_sin);
 void apply_rope_rotation(float* heads, int num_heads, int head_dim, const float* cos_sin);
 

@@ -42,11 +42,16 @@ std::string string_field(const nlohmann::json& object, const char* key) {
   return object[key].get<std::string>();
 }
 
+// The LM head follows the dense layers: int8 under the integer formats, FP8 under FP8.
+WeightFormat head_format(WeightFormat dense, bool quantize_head) {
+  if (!quantize_head || dense == WeightFormat::kDense) return WeightFormat::kDense;
+  return dense == WeightFormat::kFp8 ? WeightFormat::kFp8 : WeightFormat::kInt8;
+}
+
 QuantizationPlan uniform(WeightFormat format, bool quantize_head) {
   QuantizationPlan plan;
   plan.dense = plan.experts = format;
-  if (quantize_head && format != WeightFormat::kDense)
-    plan.head = format == WeightFormat::kFp8 ? WeightFormat::kFp8 : WeightFormat::kInt8;
+  plan.head = head_format(format, quantize_head);
   return plan;
 }
 
@@ -86,8 +91,7 @@ QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& c
     plan.dense = weight_format_or_fail(string_field(object, "dense_quant_type"), "dense_quant_type");
     const std::string moe = string_field(object, "moe_quant_type");
     plan.experts = moe.empty() ? plan.dense : weight_format_or_fail(moe, "moe_quant_type");
-    if (quantize_head && plan.dense != WeightFormat::kDense)
-      plan.head = plan.dense == WeightFormat::kFp8 ? WeightFormat::kFp8 : WeightFormat::kInt8;
+    plan.head = head_format(plan.dense, quantize_head);
     plan.kv_cache = kv_storage_or_fail(string_field(object, "kv_cache_quant_type"));
     return plan;
   }

@@ -19,6 +19,13 @@ TEST(OpsTest, RmsNormMatchesTheFormula) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(y[i], w[i] * x[i] / rms, 1e-6);
 }
 
+// RoPE at `position`, through the two steps the model uses.
+void apply_rope(float* heads, int num_heads, int head_dim, float position, const float* inv_freq) {
+  std::vector<float> cos_sin(static_cast<size_t>(head_dim));
+  rope_rotation(position, head_dim, inv_freq, cos_sin.data());
+  apply_rope_rotation(heads, num_heads, head_dim, cos_sin.data());
+}
+
 TEST(OpsTest, RopeRotatesAdjacentPairsNotHalves) {
   // head_dim 4, theta 10000: pair 0 turns by pos * 1, pair 1 by pos * 10000^(-1/2).
   const std::vector<float> inv_freq = rope_inverse_frequencies(4, 10000.0);

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/test_support.h"
 #include "util/error.h"
 
 namespace ernie {
@@ -23,12 +24,7 @@ ParsedArgs parse(std::vector<std::string> words) {
 }
 
 std::string error_of(std::vector<std::string> words) {
-  try {
-    parse(std::move(words));
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
+  return testing::error_message([&] { parse(std::move(words)); });
 }
 
 TEST(ArgsTest, ParsesBothSpellingsAndDefaults) {

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/test_support.h"
 #include "util/error.h"
 
 namespace ernie {
@@ -55,12 +56,7 @@ nlohmann::json config_21b() {
 }
 
 std::string error_of(const nlohmann::json& config) {
-  try {
-    parse_model_config(config.dump(), "config.json");
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
+  return testing::error_message([&] { parse_model_config(config.dump(), "config.json"); });
 }
 
 TEST(ModelConfigTest, ReadsThe03BConfigWithHeadDimNotDerivedFromHidden) {

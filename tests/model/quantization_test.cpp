@@ -21,12 +21,7 @@ using ::testing::HasSubstr;
 using testing::golden_model_dir;
 
 std::string error_of(std::string_view value, const ModelConfig& config) {
-  try {
-    parse_quantization(value, config);
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
+  return testing::error_message([&] { parse_quantization(value, config); });
 }
 
 TEST(QuantizationPlanTest, FastDeployNamesAndRules) {

@@ -21,12 +21,7 @@ std::vector<uint8_t> image(const std::string& header, size_t data_bytes) {
 }
 
 std::string error_of(const std::vector<uint8_t>& bytes) {
-  try {
-    parse_safetensors_header(bytes, "x.safetensors");
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
+  return testing::error_message([&] { parse_safetensors_header(bytes, "x.safetensors"); });
 }
 
 TEST(SafetensorsHeaderTest, ParsesTensorsAndMetadata) {

@@ -21,12 +21,7 @@ ServeConfig parse(std::vector<std::string> words) {
 }
 
 std::string error_of(std::vector<std::string> words) {
-  try {
-    parse(std::move(words));
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
+  return testing::error_message([&] { parse(std::move(words)); });
 }
 
 TEST(ServeConfigTest, TheSeedCommandsParse) {

@@ -50,6 +50,15 @@ std::string shell_quote(const std::string& text) {
   return quoted + "'";
 }
 
+std::string error_message(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) fail("cannot read ", path);

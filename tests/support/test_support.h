@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ CommandResult run_shell(const std::string& command, bool include_stderr = true);
 std::string shell_quote(const std::string& text);
 
 std::string read_file(const std::string& path);
+
+// The message of the ernie::Error that `action` throws, or "(no error)".
+std::string error_message(const std::function<void()>& action);
 void write_file(const std::string& path, const std::string& contents);
 std::vector<float> read_f32_file(const std::string& path);
 

@@ -23,6 +23,8 @@ Engine::Engine(ErnieModel& model, const Tokenizer& tokenizer, const EngineConfig
       tokenizer_(tokenizer),
       config_(config),
       eos_token_ids_(std::move(eos_token_ids)),
+      think_start_id_(tokenizer.token_id("<think>")),
+      think_end_id_(tokenizer.token_id("</think>")),
       pool_(model.config().num_hidden_layers, model.kv_row_bytes(), config.block_size, num_blocks),
       cache_manager_(pool_, config.prefix_caching),
       scheduler_({config.max_num_seqs, config.effective_max_num_batched_tokens(), config.chunked_prefill,
@@ -38,6 +40,28 @@ bool Engine::is_eos(int32_t token) const {
   return std::find(eos_token_ids_.begin(), eos_token_ids_.end(), token) != eos_token_ids_.end();
 }
 
+bool Engine::prompt_leaves_model_thinking(const std::vector<int32_t>& prompt) const {
+  for (auto token = prompt.rbegin(); token != prompt.rend(); ++token) {
+    if (*token == think_end_id_) return false;
+    if (*token == think_start_id_) return true;
+  }
+  return false;
+}
+
+int32_t Engine::apply_thinking_budget(EngineRequest& request, int32_t token) const {
+  if (!request.thinking) return token;
+  if (token == *think_end_id_) {
+    request.thinking = false;
+    return token;
+  }
+  if (request.reasoning_tokens >= *request.params.reasoning_max_tokens || is_eos(token)) {
+    request.thinking = false;
+    return *think_end_id_;
+  }
+  ++request.reasoning_tokens;
+  return token;
+}
+
 void Engine::add_request(GenerateRequest request) {
   if (live_.count(request.id) != 0) fail("request id \"", request.id, "\" is already in use");
   const int64_t prompt_length = static_cast<int64_t>(request.prompt.size());
@@ -49,6 +73,8 @@ void Engine::add_request(GenerateRequest request) {
   for (int32_t token : request.prompt)
     if (token < 0 || token >= vocab) fail("prompt token id ", token, " is outside the vocabulary 0..", vocab - 1);
   validate_sampling_params(request.params, vocab);
+  if (request.params.reasoning_max_tokens && !think_end_id_)
+    fail("reasoning_max_tokens needs a model whose vocabulary has the </think> token, and this one has none");
 
   auto live = std::make_unique<Live>();
   EngineRequest& engine_request = live->request;
@@ -59,12 +85,14 @@ void Engine::add_request(GenerateRequest request) {
   engine_request.max_total_tokens =
       std::min(config_.max_model_len, prompt_length + static_cast<int64_t>(engine_request.params.max_tokens));
   engine_request.arrival = std::chrono::steady_clock::now();
+  engine_request.thinking = engine_request.params.reasoning_max_tokens && prompt_leaves_model_thinking(engine_request.tokens);
   const uint64_t default_seed = seeds_.next();
   engine_request.sampler = std::make_unique<RequestSampler>(
       engine_request.params, std::span<const int32_t>(engine_request.tokens), eos_token_ids_, default_seed,
       config_.sampling_class);
   live->text = std::make_unique<TextStream>(tokenizer_, engine_request.params.stop,
-                                            engine_request.params.include_stop_str_in_output);
+                                            engine_request.params.include_stop_str_in_output,
+                                            std::move(request.visible_special_tokens));
   EngineRequest* pointer = &engine_request;
   live_[request.id] = std::move(live);
   scheduler_.add(pointer);
@@ -140,8 +168,13 @@ std::vector<RequestOutput> Engine::step() {
   for (size_t row = 0; row < sampling.size(); ++row) {
     EngineRequest& request = *sampling[row]->request;
     Live& live = *live_.at(request.id);
-    const SampledToken sampled = request.sampler->sample(std::span<float>(logits.data() + row * vocab, vocab));
-    const int32_t token = sampled.token;
+    SampledToken sampled = request.sampler->sample(std::span<float>(logits.data() + row * vocab, vocab));
+    const int32_t token = apply_thinking_budget(request, sampled.token);
+    if (token != sampled.token) {
+      // Forced, not drawn: certain under the rule that put it there.
+      sampled.token = token;
+      sampled.logprob = 0.0f;
+    }
     request.tokens.push_back(token);
     request.sampler->accept(token);
     ++counters_.generated_tokens;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct GenerateRequest {
   std::string id;
   std::vector<int32_t> prompt;
   SamplingParams params;
+  // Special tokens whose text stays in the output text: the markers the server's
+  // reasoning and tool-call parsers read.
+  std::vector<int32_t> visible_special_tokens;
 };
 
 struct EngineStats {
@@ -72,11 +76,16 @@ class Engine {
   RequestOutput base_output(const EngineRequest& request) const;
   void finish(Live& live, FinishReason reason, RequestOutput& output);
   bool is_eos(int32_t token) const;
+  bool prompt_leaves_model_thinking(const std::vector<int32_t>& prompt) const;
+  // The thinking budget's replacement for `token`, or `token` itself.
+  int32_t apply_thinking_budget(EngineRequest& request, int32_t token) const;
 
   ErnieModel& model_;
   const Tokenizer& tokenizer_;
   EngineConfig config_;
   std::vector<int32_t> eos_token_ids_;
+  std::optional<int32_t> think_start_id_;  // <think> and </think>, when the vocabulary has them
+  std::optional<int32_t> think_end_id_;
   KvBlockPool pool_;
   KvCacheManager cache_manager_;
   Scheduler scheduler_;

@@ -34,6 +34,10 @@ struct EngineRequest {
   uint64_t last_registered_hash = kRootBlockHash;
   std::optional<int64_t> cached_tokens;  // prefix-cache hit of the first admission
   int num_preemptions = 0;
+  // Thinking budget (SamplingParams::reasoning_max_tokens): still inside <think>, and the
+  // tokens generated there so far.
+  bool thinking = false;
+  int64_t reasoning_tokens = 0;
 
   std::unique_ptr<RequestSampler> sampler;
   std::chrono::steady_clock::time_point arrival;

@@ -40,6 +40,8 @@ void validate_sampling_params(const SamplingParams& params, int vocab_size) {
   if (params.min_tokens > params.max_tokens)
     fail("min_tokens must be <= max_tokens (", params.max_tokens, "), got ", params.min_tokens);
   if (params.seed && *params.seed > kMaxSeed) fail("seed must lie in [0, ", kMaxSeed, "], got ", *params.seed);
+  if (params.reasoning_max_tokens && *params.reasoning_max_tokens < 1)
+    fail("reasoning_max_tokens must be >= 1, got ", *params.reasoning_max_tokens);
   if (params.logprobs && (*params.logprobs < 0 || *params.logprobs > kMaxTopLogprobs))
     fail("logprobs (top_logprobs) must lie in [0, ", kMaxTopLogprobs, "], got ", *params.logprobs);
   for (size_t i = 0; i < params.stop.size(); ++i) {

@@ -27,6 +27,10 @@ struct SamplingParams {
   std::vector<int32_t> bad_words_token_ids;  // never sampled
   bool ignore_eos = false;                   // the engine keeps going past end tokens
   std::optional<int> logprobs;               // top logprobs wanted per token, 0..20; unset: no logprobs
+  // Thinking budget (FastDeploy's reasoning_max_tokens): when a prompt leaves the model
+  // inside <think>, at most this many tokens are generated before </think> is forced in;
+  // an end token sampled earlier is replaced by </think> too. Unset: no budget.
+  std::optional<int> reasoning_max_tokens;
 };
 
 // FastDeploy's limits.

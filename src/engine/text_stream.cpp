@@ -4,8 +4,9 @@
 
 namespace ernie {
 
-TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool include_stop_string)
-    : detokenizer_(tokenizer), stops_(std::move(stop_strings)), include_stop_(include_stop_string) {
+TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool include_stop_string,
+                       std::vector<int32_t> visible_special)
+    : detokenizer_(tokenizer, /*skip_special_tokens=*/true, std::move(visible_special)), stops_(std::move(stop_strings)), include_stop_(include_stop_string) {
   std::erase_if(stops_, [](const std::string& stop) { return stop.empty(); });
 }
 

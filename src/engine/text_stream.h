@@ -15,7 +15,9 @@ namespace ernie {
 
 class TextStream {
  public:
-  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool include_stop_string);
+  // `visible_special`: special tokens whose text is kept (see IncrementalDetokenizer).
+  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool include_stop_string,
+             std::vector<int32_t> visible_special = {});
 
   struct Update {
     std::string text;      // safe to emit now

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "text/tokenizer.h"
 
@@ -12,8 +13,11 @@ namespace ernie {
 
 class IncrementalDetokenizer {
  public:
-  // Keeps a reference: `tokenizer` must outlive the detokenizer.
-  explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens = true);
+  // Keeps a reference: `tokenizer` must outlive the detokenizer. With
+  // skip_special_tokens, special tokens decode to nothing except `visible_special`
+  // (the markers a reasoning or tool-call parser reads in the text).
+  explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens = true,
+                                  std::vector<int32_t> visible_special = {});
 
   // The text completed by this token: possibly empty while a character is incomplete.
   // Bytes that can never become valid UTF-8 come out as U+FFFD right away.
@@ -29,6 +33,7 @@ class IncrementalDetokenizer {
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_tokens_;
+  std::vector<int32_t> visible_special_;
   std::string pending_;
 };
 

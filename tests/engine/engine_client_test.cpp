@@ -28,7 +28,7 @@ class EngineClientTest : public ::testing::Test {
   void TearDown() override { client_.reset(); }
 
   static GenerateRequest request(const std::string& id, int seed, int max_tokens) {
-    GenerateRequest r{id, {}, {}};
+    GenerateRequest r{id, {}, {}, {}};
     for (int i = 0; i < 6 + seed; ++i) r.prompt.push_back(30 + (seed * 31 + i * 17) % 4000);
     r.params.temperature = 0.0f;
     r.params.max_tokens = max_tokens;
@@ -83,7 +83,7 @@ TEST_F(EngineClientTest, AbortEndsTheStreamWithAbort) {
 
 TEST_F(EngineClientTest, InvalidRequestsFailAtSubmitOrOnTheStream) {
   EXPECT_THROW(client_->submit(request("", 0, 0)), Error) << "max_tokens 0";
-  GenerateRequest empty{"e", {}, {}};
+  GenerateRequest empty{"e", {}, {}, {}};
   EXPECT_THROW(client_->submit(empty), Error);
   auto first = client_->submit(request("dup", 1, 50));
   auto second = client_->submit(request("dup", 1, 5));

@@ -54,7 +54,7 @@ class EngineTest : public ::testing::Test {
   }
 
   static GenerateRequest greedy(const std::string& id, std::vector<int32_t> ids, int max_tokens) {
-    GenerateRequest request{id, std::move(ids), {}};
+    GenerateRequest request{id, std::move(ids), {}, {}};
     request.params.temperature = 0.0f;
     request.params.max_tokens = max_tokens;
     request.params.ignore_eos = true;
@@ -107,7 +107,7 @@ Tokenizer* EngineTest::tokenizer_ = nullptr;
 std::vector<GenerateRequest> sixteen_requests() {
   std::vector<GenerateRequest> requests;
   for (int i = 0; i < 16; ++i) {
-    GenerateRequest request{"r" + std::to_string(i), {}, {}};
+    GenerateRequest request{"r" + std::to_string(i), {}, {}, {}};
     for (int t = 0; t < 5 + 9 * i; ++t) request.prompt.push_back(20 + (i * 7919 + t * 104729) % 4000);
     request.params.temperature = 0.0f;
     request.params.max_tokens = 12 + i;
@@ -194,7 +194,7 @@ TEST_F(EngineTest, WholePromptCachedStillComputesTheLastToken) {
 }
 
 TEST_F(EngineTest, SeededSamplingDoesNotDependOnTheBatch) {
-  GenerateRequest sampled{"s", prompt(5, 9), {}};
+  GenerateRequest sampled{"s", prompt(5, 9), {}, {}};
   sampled.params.temperature = 1.0f;
   sampled.params.seed = 1234;
   sampled.params.max_tokens = 20;
@@ -295,6 +295,73 @@ TEST_F(EngineTest, OutputLengthIsCappedByMaxModelLen) {
   const auto results = run(*engine, {greedy("cap", prompt(9, 30), 100)});
   EXPECT_EQ(results.at("cap").tokens.size(), 10u);
   EXPECT_EQ(results.at("cap").final_output.finish_reason, FinishReason::kLength);
+}
+
+// tiny-thinking is tiny-moe's weights with a tokenizer that has the Thinking markers
+// (<think> 13, </think> 14, <|im_end|> 12).
+class ThinkingEngineTest : public EngineTest {
+ protected:
+  static constexpr int32_t kThinkStart = 13, kThinkEnd = 14, kImEnd = 12;
+  void SetUp() override { thinking_tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(testing::golden_model_dir("tiny-thinking"))); }
+  std::map<std::string, Finished> run_thinking(std::vector<GenerateRequest> requests) {
+    Engine engine(*model_, *thinking_tokenizer_, small_config(), 64, std::vector<int32_t>{2, kImEnd});
+    return run(engine, std::move(requests));
+  }
+  static GenerateRequest thinking_prompt(const std::string& id, int32_t last_marker, std::optional<int> budget) {
+    std::vector<int32_t> ids = prompt(3, 20);
+    ids.push_back(last_marker);
+    ids.push_back(23);  // "\n"
+    GenerateRequest request = greedy(id, ids, 12);
+    request.params.ignore_eos = false;
+    request.params.reasoning_max_tokens = budget;
+    return request;
+  }
+  std::unique_ptr<Tokenizer> thinking_tokenizer_;
+};
+
+TEST_F(ThinkingEngineTest, BudgetForcesTheEndOfThinking) {
+  auto results = run_thinking({thinking_prompt("free", kThinkStart, std::nullopt), thinking_prompt("budget", kThinkStart, 3)});
+  const std::vector<int32_t>& free = results.at("free").tokens;
+  const std::vector<int32_t>& budget = results.at("budget").tokens;
+  // Greedy and the same prompt: identical until the budget (or an end token) bites.
+  size_t forced = 0;
+  while (forced < 3 && forced < free.size() && free[forced] != kThinkEnd && free[forced] != 2 && free[forced] != kImEnd) ++forced;
+  ASSERT_GT(budget.size(), forced);
+  EXPECT_EQ(std::vector<int32_t>(budget.begin(), budget.begin() + static_cast<long>(forced)),
+            std::vector<int32_t>(free.begin(), free.begin() + static_cast<long>(forced)));
+  EXPECT_EQ(budget[forced], kThinkEnd) << "the token after " << forced << " reasoning tokens must be </think>";
+}
+
+TEST_F(ThinkingEngineTest, BudgetIsIdleOutsideThinking) {
+  auto results = run_thinking({thinking_prompt("free", kThinkEnd, std::nullopt), thinking_prompt("budget", kThinkEnd, 1)});
+  EXPECT_EQ(results.at("budget").tokens, results.at("free").tokens);
+}
+
+TEST_F(ThinkingEngineTest, ParserMarkersStayInTheText) {
+  GenerateRequest hidden = thinking_prompt("hidden", kThinkStart, 2);
+  GenerateRequest visible = thinking_prompt("visible", kThinkStart, 2);
+  visible.visible_special_tokens = {kThinkEnd};
+  auto results = run_thinking({hidden, visible});
+  const std::vector<int32_t>& tokens = results.at("visible").tokens;
+  ASSERT_EQ(results.at("hidden").tokens, tokens);
+  ASSERT_NE(std::find(tokens.begin(), tokens.end(), kThinkEnd), tokens.end());
+  std::string with_marker;
+  for (int32_t token : tokens)
+    if (token != 2 && token != kImEnd) with_marker += thinking_tokenizer_->token_bytes(token, token != kThinkEnd);
+  EXPECT_EQ(results.at("visible").text, with_marker);
+  EXPECT_EQ(results.at("hidden").text, thinking_tokenizer_->decode(tokens, /*skip_special_tokens=*/true));
+  EXPECT_NE(results.at("visible").text.find("</think>"), std::string::npos);
+  EXPECT_EQ(results.at("hidden").text.find("</think>"), std::string::npos);
+}
+
+TEST_F(EngineTest, BudgetNeedsAThinkEndToken) {
+  auto engine = make_engine(small_config(), 64);
+  GenerateRequest request = greedy("r", prompt(1, 5), 4);
+  request.params.reasoning_max_tokens = 8;
+  const std::string message = testing::error_message([&] { engine->add_request(request); });
+  EXPECT_THAT(message, HasSubstr("</think>"));
+  request.params.reasoning_max_tokens = 0;
+  EXPECT_THAT(testing::error_message([&] { engine->add_request(request); }), HasSubstr("reasoning_max_tokens must be >= 1"));
 }
 
 TEST(EngineConfigTest, BlockPlanRefusesAPoolTooSmallForOneSequence) {

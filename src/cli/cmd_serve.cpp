@@ -1,70 +1,39 @@
 // ernie serve: the OpenAI-compatible server, with FastDeploy's command line.
-#include <signal.h>
-
-#include <chrono>
 #include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
 #include "model/generation_config.h"
-#include "serving/http_server.h"
-#include "serving/openai_server.h"
+#include "serving/output_parser.h"
 #include "serving/serve_config.h"
-#include "util/error.h"
+#include "serving/server_runner.h"
 #include "util/log.h"
 
 namespace ernie {
+namespace {
+
+void check_parser_markers(const ServeConfig& config) {
+  if (config.reasoning_parser.empty() && config.tool_call_parser.empty()) return;
+  resolve_marker_tokens(Tokenizer::load(config.tokenizer_dir),
+                        config.reasoning_parser.empty() ? ReasoningParser::kNone : parse_reasoning_parser_name(config.reasoning_parser),
+                        config.tool_call_parser.empty() ? ToolCallParser::kNone : parse_tool_call_parser_name(config.tool_call_parser));
+}
+
+}  // namespace
 
 int serve_command(int argc, char** argv) {
-  // SIGINT and SIGTERM are taken synchronously by this thread below; block them before
-  // any other thread starts so none of them receives one.
-  sigset_t shutdown_signals;
-  sigemptyset(&shutdown_signals);
-  sigaddset(&shutdown_signals, SIGINT);
-  sigaddset(&shutdown_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &shutdown_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
-
+  const sigset_t shutdown_signals = block_shutdown_signals();
   set_log_to_stdout(true);
   const std::optional<ServeConfig> parsed = parse_serve_args(argc, argv, 2);
   if (!parsed) return 0;
   const ServeConfig& config = *parsed;
   std::filesystem::create_directories(config.log_dir);
   add_log_file(config.log_dir + "/api_server.log");
+  check_parser_markers(config);  // before minutes of loading weights
 
   LoadedEngine engine = load_engine(config.model_dir, config.engine, config.threads, config.tokenizer_dir);
   const GenerationConfig generation = load_generation_config(config.model_dir);
-  auto service = std::make_shared<OpenAiService>(config, *engine.client, *engine.tokenizer, engine.model->config(), generation);
-
-  HttpServerOptions options;
-  options.host = config.host;
-  options.port = config.port;
-  HttpServer server(options, [service](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
-    service->handle(std::move(request), std::move(responder));
-  });
-  server.start();
-  std::unique_ptr<HttpServer> metrics_server;
-  if (config.metrics_port) {
-    HttpServerOptions metrics_options = options;
-    metrics_options.port = *config.metrics_port;
-    metrics_server = std::make_unique<HttpServer>(metrics_options, [service](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
-      service->handle_metrics_port(std::move(request), std::move(responder));
-    });
-    metrics_server->start();
-    log_info("metrics on http://", config.host, ":", metrics_server->port(), "/metrics");
-  }
-  log_info("serving ", config.model_name, " on http://", config.host, ":", server.port(),
-           " (OpenAI API: /v1/chat/completions, /v1/completions, /v1/models; /health, /metrics)");
-
-  int signal_number = 0;
-  sigwait(&shutdown_signals, &signal_number);
-  log_info("received ", signal_number == SIGINT ? "SIGINT" : "SIGTERM", ": no new connections; waiting up to ",
-           config.graceful_shutdown_seconds, " s for ", service->in_flight(), " request(s) in flight");
-  const auto grace = std::chrono::seconds(config.graceful_shutdown_seconds);
-  server.stop(std::chrono::duration_cast<std::chrono::milliseconds>(grace));
-  if (metrics_server) metrics_server->stop(std::chrono::milliseconds(0));
-  log_info("server stopped");
-  return 0;
+  return serve_until_signalled(config, shutdown_signals, *engine.client, *engine.tokenizer, engine.model->config(), generation);
 }
 
 }  // namespace ernie

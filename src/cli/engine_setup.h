@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "engine/engine_client.h"
+#include "model/ernie_model.h"
 
 namespace ernie {
 

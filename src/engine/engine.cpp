@@ -17,7 +17,7 @@ const char* finish_reason_name(FinishReason reason) {
   return "?";
 }
 
-Engine::Engine(ErnieModel& model, const Tokenizer& tokenizer, const EngineConfig& config, int num_blocks,
+Engine::Engine(LanguageModel& model, const Tokenizer& tokenizer, const EngineConfig& config, int num_blocks,
                std::vector<int32_t> eos_token_ids)
     : model_(model),
       tokenizer_(tokenizer),

@@ -16,7 +16,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/text_stream.h"
-#include "model/ernie_model.h"
+#include "model/language_model.h"
 #include "text/tokenizer.h"
 #include "util/random.h"
 
@@ -49,7 +49,7 @@ class Engine {
  public:
   // `model` and `tokenizer` must outlive the engine. `num_blocks` comes from
   // plan_kv_blocks. `eos_token_ids` end a request unless it ignores them.
-  Engine(ErnieModel& model, const Tokenizer& tokenizer, const EngineConfig& config, int num_blocks,
+  Engine(LanguageModel& model, const Tokenizer& tokenizer, const EngineConfig& config, int num_blocks,
          std::vector<int32_t> eos_token_ids);
   ~Engine();
 
@@ -80,7 +80,7 @@ class Engine {
   // The thinking budget's replacement for `token`, or `token` itself.
   int32_t apply_thinking_budget(EngineRequest& request, int32_t token) const;
 
-  ErnieModel& model_;
+  LanguageModel& model_;
   const Tokenizer& tokenizer_;
   EngineConfig config_;
   std::vector<int32_t> eos_token_ids_;

@@ -16,26 +16,11 @@
 #include "model/config.h"
 #include "model/ernie_weights.h"
 #include "model/kv_cache.h"
+#include "model/language_model.h"
 #include "model/quantization.h"
 #include "util/thread_pool.h"
 
 namespace ernie {
-
-// The consecutive tokens [first_token, first_token + num_tokens) of the batch belong to
-// one sequence and sit at positions start_position, start_position + 1, ... Positions
-// before start_position must already be in `cache`.
-struct SequenceChunk {
-  KvCache* cache = nullptr;
-  int64_t start_position = 0;
-  int32_t first_token = 0;
-  int32_t num_tokens = 0;
-};
-
-struct ForwardBatch {
-  std::vector<int32_t> tokens;
-  std::vector<SequenceChunk> sequences;  // cover `tokens` in order
-  std::vector<int32_t> logit_rows;       // batch rows whose next-token logits are wanted
-};
 
 // One sequence's `tokens` at positions start_position, start_position + 1, ... with the
 // logits of every row (all_rows) or of the last row only.
@@ -52,7 +37,7 @@ struct LoadReport {
   CheckpointLayout layout = CheckpointLayout::kTorch;
 };
 
-class ErnieModel {
+class ErnieModel final : public LanguageModel {
  public:
   // Loads config.json and the weights from `model_dir`. `pool` runs the kernels and
   // must outlive the model.
@@ -64,13 +49,13 @@ class ErnieModel {
   ErnieModel(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ErnieWeights weights, ThreadPool& pool,
              KvStorage kv_storage = KvStorage::kF32);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
   const ErnieWeights& weights() const { return weights_; }
   const LoadReport& load_report() const { return load_report_; }
 
   // How KV rows are stored, and the bytes of one (layer, position) row of K or of V.
   KvStorage kv_storage() const { return kv_storage_; }
-  size_t kv_row_bytes() const;
+  size_t kv_row_bytes() const override;
   std::unique_ptr<KvCache> new_kv_cache() const;
 
   // Runs the batch, writing its keys and values into the caches, and returns the logits
@@ -79,7 +64,7 @@ class ErnieModel {
   // overwritten by the next call. Buffers grow to
   // the largest batch seen and are then reused: a forward pass over a batch no larger
   // than an earlier one allocates nothing.
-  std::vector<float>& forward(const ForwardBatch& batch);
+  std::vector<float>& forward(const ForwardBatch& batch) override;
 
  private:
   // Where a batch row's token sits: its sequence chunk and position.

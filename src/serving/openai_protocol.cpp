@@ -82,6 +82,49 @@ void parse_prompt(const json& body, OpenAiRequest& request) {
     if (ids.empty()) invalid_field("prompt", "\"prompt\" token list is empty");
 }
 
+// An assistant turn's tool_calls, as the OpenAI client sends them back in the history.
+void check_history_tool_calls(const json& message) {
+  if (!message.contains("tool_calls") || message.at("tool_calls").is_null()) return;
+  const json& calls = message.at("tool_calls");
+  if (!calls.is_array()) invalid_field("messages", "an assistant message's \"tool_calls\" must be a list, got " + calls.dump());
+  for (const json& call : calls) {
+    const bool named = call.is_object() && call.contains("function") && call.at("function").is_object() &&
+                       call.at("function").contains("name") && call.at("function").at("name").is_string();
+    if (!named)
+      invalid_field("messages", "every tool call in the history needs \"function\": {\"name\": ..., \"arguments\": ...}, got " +
+                                    call.dump());
+    const json& function = call.at("function");
+    if (function.contains("arguments") && !function.at("arguments").is_string() && !function.at("arguments").is_object())
+      invalid_field("messages", "tool call arguments must be a JSON string or an object, got " + function.at("arguments").dump());
+  }
+}
+
+void parse_tools(const json& body, OpenAiRequest& request) {
+  if (present(body, "tools")) {
+    const json& tools = body.at("tools");
+    if (!tools.is_array()) invalid_field("tools", "\"tools\" must be a list");
+    for (const json& tool : tools) {
+      const bool function = tool.is_object() && tool.value("type", "") == "function" && tool.contains("function") &&
+                            tool.at("function").is_object() && tool.at("function").contains("name") &&
+                            tool.at("function").at("name").is_string();
+      if (!function)
+        invalid_field("tools", "every tool must be {\"type\": \"function\", \"function\": {\"name\": ..., "
+                               "\"parameters\": ...}}, got " + tool.dump());
+    }
+    if (!tools.empty()) request.tools = ordered_json::parse(tools.dump());
+  }
+  if (!present(body, "tool_choice")) return;
+  const json& choice = body.at("tool_choice");
+  if (choice == "none") {
+    request.tool_choice_none = true;
+  } else if (choice != "auto") {
+    // "required" and a named function need decoding constrained to a call, which this
+    // server does not do; saying so beats answering with a call that was never forced.
+    invalid_field("tool_choice", "\"tool_choice\" must be \"auto\" or \"none\"; " + choice.dump() +
+                                     " would need constrained decoding, which ernie.cpp does not have");
+  }
+}
+
 void parse_messages(const json& body, OpenAiRequest& request) {
   if (!present(body, "messages")) invalid_field("messages", "\"messages\" is required");
   const json& messages = body.at("messages");
@@ -95,12 +138,12 @@ void parse_messages(const json& body, OpenAiRequest& request) {
     if (message.contains("content") && !message.at("content").is_null() && !message.at("content").is_string() &&
         !message.at("content").is_array())
       invalid_field("messages", "message content must be a string or a list of parts, got " + message.at("content").dump());
+    if (role == "assistant") check_history_tool_calls(message);
+    if (role == "tool" && (!message.contains("content") || message.at("content").is_null()))
+      invalid_field("messages", "a \"tool\" message needs \"content\": the tool's result");
   }
   request.messages = ordered_json::parse(messages.dump());
-  if (present(body, "tools")) {
-    if (!body.at("tools").is_array()) invalid_field("tools", "\"tools\" must be a list");
-    request.tools = ordered_json::parse(body.at("tools").dump());
-  }
+  parse_tools(body, request);
   if (present(body, "chat_template_kwargs")) {
     if (!body.at("chat_template_kwargs").is_object())
       invalid_field("chat_template_kwargs", "\"chat_template_kwargs\" must be an object");
@@ -153,6 +196,11 @@ void parse_sampling(const json& body, const RequestDefaults& defaults, OpenAiReq
       invalid_field(present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
                     "max_tokens must be at least 1, got " + std::to_string(*max_tokens));
     request.max_tokens = static_cast<int>(*max_tokens);
+  }
+  if (auto budget = int_field(body, "reasoning_max_tokens")) {
+    if (*budget < 1 || *budget > INT32_MAX)
+      invalid_field("reasoning_max_tokens", "\"reasoning_max_tokens\" must be at least 1, got " + std::to_string(*budget));
+    params.reasoning_max_tokens = static_cast<int>(*budget);
   }
   if (auto n = int_field(body, "n"); n && *n != 1) invalid_field("n", "\"n\" only supports 1, got " + std::to_string(*n));
 }
@@ -231,10 +279,12 @@ OpenAiRequest parse_openai_request(ApiKind kind, const std::string& body_text, c
 }
 
 ordered_json usage_json(const Usage& usage) {
-  return {{"prompt_tokens", usage.prompt_tokens},
-          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
-          {"completion_tokens", usage.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+  ordered_json json = {{"prompt_tokens", usage.prompt_tokens},
+                       {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+                       {"completion_tokens", usage.completion_tokens},
+                       {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+  if (usage.reports_reasoning) json["completion_tokens_details"] = {{"reasoning_tokens", usage.reasoning_tokens}};
+  return json;
 }
 
 namespace {

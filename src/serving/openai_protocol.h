@@ -59,7 +59,8 @@ struct OpenAiRequest {
   std::vector<std::vector<int32_t>> prompt_ids;
   // Chat.
   ordered_json messages;
-  ordered_json tools;
+  ordered_json tools;      // null, or a list of {"type": "function", "function": {"name", ...}}
+  bool tool_choice_none = false;  // "tool_choice": "none": tools are shown to the model, calls stay text
   ordered_json chat_template_kwargs = ordered_json::object();
   std::string chat_template;  // per-request override
   bool disable_chat_template = false;
@@ -81,6 +82,8 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  bool reports_reasoning = false;  // a reasoning parser runs: completion_tokens_details.reasoning_tokens
+  int64_t reasoning_tokens = 0;
 };
 ordered_json usage_json(const Usage& usage);
 

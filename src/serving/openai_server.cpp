@@ -50,7 +50,11 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     std::string engine_id;
     std::vector<int32_t> prompt_ids;
     std::string prompt_text;  // for echo
-    std::string text;
+    std::string text;       // content (all the text when no parser runs)
+    std::string reasoning;  // reasoning_content
+    std::vector<ParsedToolCall> tool_calls;
+    std::unique_ptr<OutputParser> parser;  // chat with a reasoning or tool-call parser
+    bool starts_in_reasoning = false;
     std::vector<int32_t> token_ids;
     std::vector<LogprobEntry> logprobs;
     std::optional<FinishReason> finish_reason;
@@ -95,6 +99,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       engine_request.id = choices_[i].engine_id;
       engine_request.prompt = choices_[i].prompt_ids;
       engine_request.params = request_.params;
+      if (choices_[i].parser) engine_request.visible_special_tokens = service_.markers_.all_ids();
       try {
         service_.engine_.submit(std::move(engine_request), [self, i](RequestOutput output) { self->on_output(i, std::move(output)); });
       } catch (const Error& error) {
@@ -124,11 +129,24 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     stream_->write("data: " + dump_json(chunk) + "\n\n");
   }
 
-  ordered_json delta_entry(size_t index, const std::string& text, const std::vector<int32_t>& tokens,
-                           const std::vector<LogprobEntry>& logprobs, std::optional<FinishReason> reason) const {
+  // `first_call_index`: the position of delta.tool_calls[0] among the choice's calls.
+  ordered_json delta_entry(size_t index, const ParsedDelta& parsed, size_t first_call_index, const std::vector<int32_t>& tokens,
+                           const std::vector<LogprobEntry>& logprobs) const {
+    const std::string& text = parsed.content;
     ordered_json entry = {{"index", index}};
     if (request_.kind == ApiKind::kChat) {
-      ordered_json delta = {{"content", text}};
+      ordered_json delta = ordered_json::object();
+      if (!parsed.reasoning.empty()) delta["reasoning_content"] = parsed.reasoning;
+      if (!text.empty() || (parsed.reasoning.empty() && parsed.tool_calls.empty())) delta["content"] = text;
+      if (!parsed.tool_calls.empty()) {
+        ordered_json calls = ordered_json::array();
+        for (size_t k = 0; k < parsed.tool_calls.size(); ++k) {
+          ordered_json call = tool_call_json(parsed.tool_calls[k]);
+          call["index"] = first_call_index + k;
+          calls.push_back(std::move(call));
+        }
+        delta["tool_calls"] = std::move(calls);
+      }
       if (request_.return_token_ids) delta["completion_token_ids"] = tokens;
       entry["delta"] = delta;
       entry["logprobs"] = request_.logprobs ? chat_logprobs_json(logprobs) : ordered_json(nullptr);
@@ -137,8 +155,31 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       if (request_.return_token_ids) entry["completion_token_ids"] = tokens;
       entry["logprobs"] = request_.logprobs ? completion_logprobs_json(logprobs, 0) : ordered_json(nullptr);
     }
-    entry["finish_reason"] = reason ? ordered_json(reason_text(*reason)) : ordered_json(nullptr);
+    entry["finish_reason"] = nullptr;
     return entry;
+  }
+
+  static ordered_json tool_call_json(const ParsedToolCall& call) {
+    return {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+  }
+
+  // OpenAI's "tool_calls" when the answer called a tool and ended by itself.
+  static std::string finish_text(const Choice& choice) {
+    if (*choice.finish_reason == FinishReason::kStop && !choice.tool_calls.empty()) return "tool_calls";
+    return reason_text(*choice.finish_reason);
+  }
+
+  // Generated tokens spent inside <think>: up to the first </think>, or all of them
+  // (less a final end token) when thinking never ended.
+  int64_t reasoning_tokens(const Choice& choice) const {
+    if (!choice.starts_in_reasoning) return 0;
+    const std::vector<int32_t>& ids = choice.token_ids;
+    const auto end = std::find(ids.begin(), ids.end(), service_.markers_.id_of(kThinkEnd).value_or(-1));
+    if (end != ids.end()) return end - ids.begin();
+    const bool ended_by_token = !ids.empty() && choice.finish_reason == FinishReason::kStop &&
+                                std::find(service_.eos_token_ids_.begin(), service_.eos_token_ids_.end(), ids.back()) !=
+                                    service_.eos_token_ids_.end();
+    return static_cast<int64_t>(ids.size()) - (ended_by_token ? 1 : 0);
   }
 
   std::vector<LogprobEntry> logprob_entries(const RequestOutput& output) const {
@@ -161,14 +202,28 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       choice.finish_reason = FinishReason::kError;
     } else {
       if (!output.token_ids.empty() && !first_token_) first_token_ = Clock::now();
-      choice.text += output.text;
+      ParsedDelta parsed;
+      if (choice.parser) {
+        parsed = choice.parser->push(output.text);
+        if (output.finished()) parsed.append(choice.parser->finish());
+      } else {
+        parsed.content = output.text;
+      }
+      const size_t first_call_index = choice.tool_calls.size();
+      choice.text += parsed.content;
+      choice.reasoning += parsed.reasoning;
+      choice.tool_calls.insert(choice.tool_calls.end(), parsed.tool_calls.begin(), parsed.tool_calls.end());
       choice.token_ids.insert(choice.token_ids.end(), output.token_ids.begin(), output.token_ids.end());
       const std::vector<LogprobEntry> logprobs = request_.logprobs ? logprob_entries(output) : std::vector<LogprobEntry>{};
       choice.logprobs.insert(choice.logprobs.end(), logprobs.begin(), logprobs.end());
       choice.cached_tokens = output.cached_tokens;
       if (output.finished()) choice.finish_reason = output.finish_reason;
-      if (request_.stream && !disconnected_ && !output.token_ids.empty()) {
-        choice.pending.push_back(delta_entry(index, output.text, output.token_ids, logprobs, std::nullopt));
+      // With a parser, a delta that only carried markers says nothing (FastDeploy sends
+      // none), unless the client asked for every token's ids or logprobs.
+      const bool worth_sending = !output.token_ids.empty() &&
+                                 (!choice.parser || !parsed.empty() || request_.return_token_ids || request_.logprobs);
+      if (request_.stream && !disconnected_ && (worth_sending || !parsed.empty())) {
+        choice.pending.push_back(delta_entry(index, parsed, first_call_index, output.token_ids, logprobs));
       }
       if (request_.stream && !disconnected_) flush_stream_entries(index, output.finished());
     }
@@ -183,8 +238,8 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     Choice& choice = choices_[index];
     if (finished) {
       // The finish reason rides on the last delta, or on an empty one.
-      if (choice.pending.empty()) choice.pending.push_back(delta_entry(index, "", {}, {}, std::nullopt));
-      choice.pending.back()["finish_reason"] = reason_text(*choice.finish_reason);
+      if (choice.pending.empty()) choice.pending.push_back(delta_entry(index, {}, 0, {}, {}));
+      choice.pending.back()["finish_reason"] = finish_text(choice);
     }
     if (choice.pending.empty()) return;
     if (!finished && static_cast<int>(choice.pending.size()) < request_.max_streaming_response_tokens) return;
@@ -194,7 +249,9 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
 
   Usage usage() const {
     Usage usage;
+    usage.reports_reasoning = service_.reasoning_parser_ != ReasoningParser::kNone && request_.kind == ApiKind::kChat;
     for (const Choice& choice : choices_) {
+      usage.reasoning_tokens += reasoning_tokens(choice);
       usage.prompt_tokens += static_cast<int64_t>(choice.prompt_ids.size());
       usage.completion_tokens += static_cast<int64_t>(choice.token_ids.size());
       usage.cached_tokens += choice.cached_tokens;
@@ -236,6 +293,13 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       ordered_json entry = {{"index", i}};
       if (request_.kind == ApiKind::kChat) {
         ordered_json message = {{"role", "assistant"}, {"content", choice.text}};
+        if (choice.text.empty() && !choice.tool_calls.empty()) message["content"] = nullptr;
+        if (choice.parser && service_.reasoning_parser_ != ReasoningParser::kNone) message["reasoning_content"] = choice.reasoning;
+        if (!choice.tool_calls.empty()) {
+          ordered_json calls = ordered_json::array();
+          for (const ParsedToolCall& call : choice.tool_calls) calls.push_back(tool_call_json(call));
+          message["tool_calls"] = std::move(calls);
+        }
         if (request_.return_token_ids) {
           message["prompt_token_ids"] = choice.prompt_ids;
           message["completion_token_ids"] = choice.token_ids;
@@ -251,7 +315,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
         }
         entry["logprobs"] = request_.logprobs ? completion_logprobs_json(choice.logprobs, prefix.size()) : ordered_json(nullptr);
       }
-      entry["finish_reason"] = reason_text(*choice.finish_reason);
+      entry["finish_reason"] = finish_text(choice);
       choices.push_back(entry);
     }
     ordered_json body = {{"id", id_},
@@ -276,7 +340,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     figures.max_tokens = request_.params.max_tokens;
     service_.metrics_.request_finished(figures);
     std::string reasons;
-    for (const Choice& choice : choices_) reasons += (reasons.empty() ? "" : ",") + std::string(reason_text(*choice.finish_reason));
+    for (const Choice& choice : choices_) reasons += (reasons.empty() ? "" : ",") + finish_text(choice);
     log_info("request ", id_, " ", request_.kind == ApiKind::kChat ? "chat" : "completion",
              request_.stream ? " stream" : "", " prompt_tokens=", totals.prompt_tokens,
              " cached_tokens=", totals.cached_tokens, " completion_tokens=", totals.completion_tokens,
@@ -314,6 +378,17 @@ OpenAiService::OpenAiService(const ServeConfig& config, EngineClient& engine, co
   const std::string source = config.chat_template.empty() ? tokenizer.chat_template() : config.chat_template;
   if (!source.empty()) chat_template_ = std::make_unique<ChatTemplate>(source, special_token_strings(tokenizer));
   else log_warning("the model has no chat template: /v1/chat/completions needs --chat-template or disable_chat_template");
+  const std::vector<int>& eos = generation.eos_token_ids.empty() ? model.eos_token_ids : generation.eos_token_ids;
+  eos_token_ids_.assign(eos.begin(), eos.end());
+  if (!config.reasoning_parser.empty()) reasoning_parser_ = parse_reasoning_parser_name(config.reasoning_parser);
+  if (!config.tool_call_parser.empty()) tool_call_parser_ = parse_tool_call_parser_name(config.tool_call_parser);
+  if (reasoning_parser_ != ReasoningParser::kNone || tool_call_parser_ != ToolCallParser::kNone) {
+    markers_ = resolve_marker_tokens(tokenizer, reasoning_parser_, tool_call_parser_);
+    std::string listed;
+    for (const auto& [text, id] : markers_.ids) listed += (listed.empty() ? "" : ", ") + text + "=" + std::to_string(id);
+    log_info("chat answers are parsed for", reasoning_parser_ != ReasoningParser::kNone ? " reasoning_content (" + config.reasoning_parser + ")" : "",
+             tool_call_parser_ != ToolCallParser::kNone ? " tool_calls (" + config.tool_call_parser + ")" : "", "; markers ", listed);
+  }
 }
 
 bool OpenAiService::authorized(const HttpRequest& request) const {
@@ -403,6 +478,9 @@ std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest
   inputs.messages = request.messages;
   inputs.tools = request.tools;
   inputs.extra = request.chat_template_kwargs;
+  // ernie_x1 models always think (FastDeploy turns enable_thinking on for this parser).
+  if (reasoning_parser_ == ReasoningParser::kErnieX1 && !inputs.extra.contains("enable_thinking"))
+    inputs.extra["enable_thinking"] = true;
   if (request.chat_template_kwargs.contains("add_generation_prompt") &&
       request.chat_template_kwargs.at("add_generation_prompt").is_boolean())
     inputs.add_generation_prompt = request.chat_template_kwargs.at("add_generation_prompt").get<bool>();
@@ -483,6 +561,12 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
       choice.engine_id = prompts.size() == 1 ? id : id + "-" + std::to_string(i);
       choice.prompt_ids = prompts[i];
       if (request.echo) choice.prompt_text = i < request.prompt_texts.size() ? request.prompt_texts[i] : tokenizer_.decode(prompts[i]);
+      const bool parse_tool_calls = tool_call_parser_ != ToolCallParser::kNone && !request.tools.is_null() && !request.tool_choice_none;
+      if (kind == ApiKind::kChat && (reasoning_parser_ != ReasoningParser::kNone || parse_tool_calls)) {
+        const OutputSection start = initial_section(reasoning_parser_, prompts[i], markers_);
+        choice.starts_in_reasoning = start == OutputSection::kReasoning;
+        choice.parser = std::make_unique<OutputParser>(reasoning_parser_, parse_tool_calls, start);
+      }
       assembler->choices().push_back(std::move(choice));
     }
     assembler->start();

@@ -14,6 +14,7 @@
 #include "serving/http_server.h"
 #include "serving/metrics.h"
 #include "serving/openai_protocol.h"
+#include "serving/output_parser.h"
 #include "serving/serve_config.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -22,6 +23,7 @@ namespace ernie {
 
 class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
  public:
+  // Throws ernie::Error when a configured parser's markers are not single tokens.
   OpenAiService(const ServeConfig& config, EngineClient& engine, const Tokenizer& tokenizer,
                 const ModelConfig& model, const GenerationConfig& generation);
 
@@ -49,6 +51,10 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   RequestDefaults defaults_;
   std::unique_ptr<ChatTemplate> chat_template_;
   ServingMetrics metrics_;
+  ReasoningParser reasoning_parser_ = ReasoningParser::kNone;
+  ToolCallParser tool_call_parser_ = ToolCallParser::kNone;
+  MarkerTokens markers_;
+  std::vector<int32_t> eos_token_ids_;
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_id_{1};
   int64_t created_;

@@ -10,6 +10,7 @@
 #include "cli/args.h"
 #include "cli/engine_setup.h"
 #include "cli/model_loading.h"
+#include "serving/output_parser.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -240,16 +241,11 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   if (config.max_logprobs < 0 || config.max_logprobs > 20) fail("--max-logprobs must lie in 0..20, got ", config.max_logprobs);
   if (args.has("reasoning-parser")) {
     config.reasoning_parser = args.get("reasoning-parser");
-    check_choice("reasoning-parser", config.reasoning_parser, {"ernie_x1", "ernie-x1", "ernie-45-vl"});
-    log_info("--reasoning-parser ", config.reasoning_parser,
-             ": accepted; splitting reasoning_content from content arrives with the parsers, until then the whole "
-             "output is content");
+    parse_reasoning_parser_name(config.reasoning_parser);
   }
   if (args.has("tool-call-parser")) {
     config.tool_call_parser = args.get("tool-call-parser");
-    check_choice("tool-call-parser", config.tool_call_parser, {"ernie_x1", "ernie-x1"});
-    log_info("--tool-call-parser ", config.tool_call_parser,
-             ": accepted; tool_calls parsing arrives with the parsers, until then tool calls come back as content");
+    parse_tool_call_parser_name(config.tool_call_parser);
   }
   config.graceful_shutdown_seconds = static_cast<int>(args.get_int("timeout-graceful-shutdown"));
   if (config.graceful_shutdown_seconds < 0) fail("--timeout-graceful-shutdown must be >= 0");

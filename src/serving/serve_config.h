@@ -24,8 +24,8 @@ struct ServeConfig {
   std::string chat_template;          // --chat-template: the template text (a file's content or the string)
   bool enable_logprob = false;        // --enable-logprob
   int max_logprobs = 20;
-  std::string reasoning_parser;       // validated names; parsing arrives with its own issue
-  std::string tool_call_parser;
+  std::string reasoning_parser;       // --reasoning-parser: checked name (serving/output_parser.h)
+  std::string tool_call_parser;       // --tool-call-parser
   std::string log_dir = "log";        // FD_LOG_DIR
   int graceful_shutdown_seconds = 30; // --timeout-graceful-shutdown (0 in FastDeploy = unbounded; we bound it)
   size_t threads = 0;

@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "model/ernie_model.h"
 #include "support/test_support.h"
 #include "util/error.h"
 

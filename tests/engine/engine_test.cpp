@@ -8,6 +8,7 @@
 
 #include <map>
 
+#include "model/ernie_model.h"
 #include "support/test_support.h"
 #include "util/error.h"
 

@@ -1,0 +1,44 @@
+// What the engine needs of a model: its config, the size of a KV cache row, and a
+// forward pass over a packed batch. ErnieModel is the one real implementation; tests
+// put a scripted model behind the same interface to drive the serving stack with
+// answers they choose.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/kv_cache.h"
+
+namespace ernie {
+
+// The consecutive tokens [first_token, first_token + num_tokens) of the batch belong to
+// one sequence and sit at positions start_position, start_position + 1, ... Positions
+// before start_position must already be in `cache`.
+struct SequenceChunk {
+  KvCache* cache = nullptr;
+  int64_t start_position = 0;
+  int32_t first_token = 0;
+  int32_t num_tokens = 0;
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;
+  std::vector<SequenceChunk> sequences;  // cover `tokens` in order
+  std::vector<int32_t> logit_rows;       // batch rows whose next-token logits are wanted
+};
+
+class LanguageModel {
+ public:
+  virtual ~LanguageModel() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Bytes of one (layer, position) row of K or of V in the caches it is given.
+  virtual size_t kv_row_bytes() const = 0;
+  // Runs the batch, writing its keys and values into the caches, and returns the logits
+  // of batch.logit_rows as [logit_rows.size(), vocab_size], row-major, in a buffer the
+  // model owns and overwrites on the next call (callers may modify it).
+  virtual std::vector<float>& forward(const ForwardBatch& batch) = 0;
+};
+
+}  // namespace ernie

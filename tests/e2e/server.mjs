@@ -14,14 +14,16 @@ export async function freePort() {
 }
 
 // Resolves once the server logs that it is serving; rejects if it exits first.
-export async function startServer(extraArgs = [], env = {}) {
-  const binary = process.env.ERNIE_BINARY;
-  const model = process.env.ERNIE_E2E_MODEL;
+// `launch` picks another program than `ernie serve` (the scripted test server) or model:
+// { command: [binary, ...leading args], model, maxModelLen }.
+export async function startServer(extraArgs = [], env = {}, launch = {}) {
+  const [binary, ...leading] = launch.command ?? [process.env.ERNIE_BINARY, 'serve'];
+  const model = launch.model ?? process.env.ERNIE_E2E_MODEL;
   if (!binary || !model) throw new Error('ERNIE_BINARY and ERNIE_E2E_MODEL must be set');
   const port = await freePort();
   const logDir = process.env.ERNIE_E2E_LOG_DIR ?? '/tmp/ernie-e2e-logs';
-  const child = spawn(binary, ['serve', '--model', model, '--host', '127.0.0.1', '--port', String(port),
-                               '--max-model-len', '512', ...extraArgs],
+  const child = spawn(binary, [...leading, '--model', model, '--host', '127.0.0.1', '--port', String(port),
+                               '--max-model-len', String(launch.maxModelLen ?? 512), ...extraArgs],
                       { env: { ...process.env, FD_LOG_DIR: logDir, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   await new Promise((resolve, reject) => {

@@ -3,16 +3,33 @@
 // benchmarks where real weights cannot be downloaded.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/synthetic_checkpoint.h"
+#include "text/tokenizer.h"
 #include "text/tokenizer_trainer.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/stopwatch.h"
 
 namespace ernie {
+namespace {
+
+// A Thinking model ends its turn with <|im_end|> as well as </s>.
+void end_turns_with_im_end(const std::string& dir) {
+  const std::string path = dir + "/generation_config.json";
+  std::ifstream in(path);
+  nlohmann::ordered_json generation = nlohmann::ordered_json::parse(in);
+  const std::optional<int32_t> im_end = Tokenizer::load(dir).token_id("<|im_end|>");
+  if (!im_end) fail("internal: the synthetic tokenizer lacks <|im_end|>");
+  generation["eos_token_id"] = {2, *im_end};
+  std::ofstream(path) << generation.dump(2) << "\n";
+}
+
+}  // namespace
 namespace {
 
 // Overrides of the preset's integer fields, by flag name.
@@ -45,7 +62,7 @@ int synth_command(int argc, char** argv) {
       {"mtp", "", "add a multi-token-prediction head (mtp_* tensors)", ""},
       {"std", "X", "standard deviation of the weights (default: the preset's)", ""},
       {"tokenizer-vocab", "N", "pieces of the trained tokenizer", "4096"},
-      {"thinking-markers", "", "add <think>, </think>, <tool_call>, ... as single tokenizer pieces", ""},
+      {"thinking-markers", "", "ERNIE-4.5-21B-A3B-Thinking style: <think>, </think>, <tool_call>, ... as single tokenizer pieces, its chat template (with tools) and <|im_end|> as an end token", ""},
       {"no-tokenizer", "", "write only config and weights", ""}};
   for (const char* shape_flag : {"hidden", "layers", "heads", "kv-heads", "head-dim", "intermediate", "vocab",
                                  "experts", "moe-k", "moe-intermediate", "shared-experts", "moe-start"})
@@ -80,8 +97,12 @@ int synth_command(int argc, char** argv) {
     tokenizer.vocab_size = static_cast<int>(args.get_int("tokenizer-vocab"));
     if (tokenizer.vocab_size > spec.vocab_size)
       fail("--tokenizer-vocab (", tokenizer.vocab_size, ") exceeds the model's vocab (", spec.vocab_size, ")");
-    if (args.flag("thinking-markers")) tokenizer.extra_markers = ernie_thinking_markers();
+    if (args.flag("thinking-markers")) {
+      tokenizer.extra_markers = ernie_thinking_markers();
+      tokenizer.chat_template = std::string(ernie_thinking_chat_template());
+    }
     write_synthetic_tokenizer(out, tokenizer);
+    if (args.flag("thinking-markers")) end_turns_with_im_end(out);
   }
   log_info("wrote a synthetic ", spec.num_experts > 0 ? "MoE" : "dense", " checkpoint (", layout_name, ", ", shards,
            " shard(s)) to ", out, " in ", clock.seconds(), " s");

@@ -42,6 +42,38 @@ constexpr std::string_view kErnieTextChatTemplate = R"jinja({%- if not add_gener
 {%- endif -%}
 )jinja";
 
+// The Thinking model's conversation format as ernie45-model-spec.md §7.2 reconstructs it
+// (Baidu's file was not available): a system block with the settings and the tools as
+// JSON, <response> or <tool_call> blocks for past answers, tool results as "tool" turns,
+// and a generation prompt that opens <think>. Past reasoning is not repeated.
+constexpr std::string_view kErnieThinkingChatTemplate = R"jinja({%- set system = namespace(text="") -%}
+{%- for message in messages if message["role"] == "system" -%}{%- set system.text = message["content"] -%}{%- endfor -%}
+{{- "<|im_start|>system\n" -}}
+{%- if system.text -%}{{- "<system_setting>\n" + system.text + "\n</system_setting>\n\n" -}}{%- endif -%}
+{%- if tools -%}{{- "<tool_list>\n" + (tools | tojson) + "\n</tool_list>\n\n" -}}{%- endif -%}
+{{- "<global_setting>\nthink_mode=True\n</global_setting><|im_end|>\n\n" -}}
+{%- for message in messages -%}
+{%- if message["role"] == "user" -%}
+{{- "<|im_start|>user\n" + message["content"] + "<|im_end|>\n\n" -}}
+{%- elif message["role"] == "tool" -%}
+{{- "<|im_start|>tool\n" + message["content"] + "<|im_end|>\n\n" -}}
+{%- elif message["role"] == "assistant" -%}
+{{- "<|im_start|>assistant\n" -}}
+{%- if message["tool_calls"] -%}
+{%- for call in message["tool_calls"] -%}
+{%- set arguments = call["function"]["arguments"] -%}
+{{- "<tool_call>\n{\"name\": " + (call["function"]["name"] | tojson) + ", \"arguments\": " -}}
+{{- arguments if arguments is string else (arguments | tojson) -}}
+{{- "}\n</tool_call>\n" -}}
+{%- endfor -%}
+{%- else -%}
+{{- "<response>\n" + message["content"] + "\n</response>\n" -}}
+{%- endif -%}
+{{- "<|im_end|>\n\n" -}}
+{%- endif -%}
+{%- endfor -%}
+{{- "<|im_start|>assistant\n<think>\n" -}})jinja";
+
 // The special pieces that follow <unk> <s> </s>. <mask:2> and <mask:3> are absent, as
 // in the golden test models, so that the Thinking markers get ids 11..18 there and here.
 const std::vector<std::string>& builtin_special_pieces() {
@@ -207,6 +239,7 @@ const std::vector<std::string>& ernie_thinking_markers() {
 }
 
 std::string_view ernie_text_chat_template() { return kErnieTextChatTemplate; }
+std::string_view ernie_thinking_chat_template() { return kErnieThinkingChatTemplate; }
 
 void write_synthetic_tokenizer(const std::string& out_dir, const SyntheticTokenizerOptions& options) {
   check_markers(options.extra_markers);

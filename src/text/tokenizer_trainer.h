@@ -34,5 +34,7 @@ const std::vector<std::string>& ernie_thinking_markers();
 
 // The chat template of the ERNIE 4.5 text models (0.3B, 21B-A3B, 300B).
 std::string_view ernie_text_chat_template();
+// The ERNIE-4.5-21B-A3B-Thinking format (reconstructed, spec §7.2), with tools.
+std::string_view ernie_thinking_chat_template();
 
 }  // namespace ernie

@@ -93,6 +93,40 @@ TEST(OpenAiProtocolTest, ErrorsNameTheField) {
   EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": {"a": 1}})").param, "prompt");
 }
 
+TEST(OpenAiProtocolTest, ToolsToolChoiceAndThinkingBudget) {
+  const std::string user = R"({"role": "user", "content": "x"})";
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
+  const OpenAiRequest request = parse_openai_request(
+      ApiKind::kChat, "{\"messages\": [" + user + "], " + tools + R"(, "tool_choice": "auto", "reasoning_max_tokens": 64})", {});
+  EXPECT_EQ(request.tools.size(), 1u);
+  EXPECT_FALSE(request.tool_choice_none);
+  EXPECT_EQ(request.params.reasoning_max_tokens, 64);
+  EXPECT_TRUE(parse_openai_request(ApiKind::kChat, "{\"messages\": [" + user + "], " + tools + R"(, "tool_choice": "none"})", {})
+                  .tool_choice_none);
+  // An empty list means no tools.
+  EXPECT_TRUE(parse_openai_request(ApiKind::kChat, "{\"messages\": [" + user + R"(], "tools": []})", {}).tools.is_null());
+
+  const auto param = [&](const std::string& rest) { return error_of(ApiKind::kChat, "{\"messages\": [" + user + "], " + rest + "}").param; };
+  EXPECT_EQ(param(tools + R"(, "tool_choice": "required")"), "tool_choice");
+  EXPECT_EQ(param(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})"), "tool_choice");
+  EXPECT_EQ(param(R"("tools": {"f": 1})"), "tools");
+  EXPECT_EQ(param(R"("tools": [{"type": "function", "function": {}}])"), "tools");
+  EXPECT_EQ(param(R"("tools": [{"type": "retrieval"}])"), "tools");
+  EXPECT_EQ(param(R"("reasoning_max_tokens": 0)"), "reasoning_max_tokens");
+
+  // History: an assistant turn's tool_calls and a tool turn's result.
+  const std::string call = R"({"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}})";
+  const std::string history = R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [)" +
+                              call + R"(]}, {"role": "tool", "tool_call_id": "c1", "content": "42"}]})";
+  EXPECT_EQ(parse_openai_request(ApiKind::kChat, history, {}).messages.size(), 3u);
+  EXPECT_THAT(error_of(ApiKind::kChat, R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]})").message,
+              HasSubstr("\"function\": {\"name\""));
+  EXPECT_THAT(error_of(ApiKind::kChat, R"({"messages": [{"role": "assistant", "tool_calls": {"a": 1}}]})").message,
+              HasSubstr("must be a list"));
+  EXPECT_THAT(error_of(ApiKind::kChat, R"({"messages": [{"role": "tool", "tool_call_id": "c1"}]})").message,
+              HasSubstr("needs \"content\""));
+}
+
 TEST(OpenAiProtocolTest, ResponsePieces) {
   const std::string error = error_body({429, "Too many", "rate_limit_error", ""});
   const auto parsed = nlohmann::json::parse(error);
@@ -102,6 +136,9 @@ TEST(OpenAiProtocolTest, ResponsePieces) {
   const ordered_json usage = usage_json({10, 5, 4});
   EXPECT_EQ(usage["total_tokens"], 15);
   EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 4);
+  EXPECT_FALSE(usage.contains("completion_tokens_details"));
+  Usage thinking{10, 5, 0, true, 3};
+  EXPECT_EQ(usage_json(thinking)["completion_tokens_details"]["reasoning_tokens"], 3);
   const ordered_json chat = chat_logprobs_json({{"a", -0.5f, {{"a", -0.5f}, {"b", -1.5f}}}});
   EXPECT_EQ(chat["content"][0]["token"], "a");
   EXPECT_EQ(chat["content"][0]["bytes"], ordered_json::array({97}));

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "text/tokenizer_trainer.h"
 #include "util/error.h"
 
 namespace ernie {
@@ -85,46 +86,58 @@ TEST(ErnieTextChatTemplate, JoinsTextContentParts) {
   EXPECT_EQ(t.render(inputs(messages)), "<|begin_of_sentence|>User: What is 2+2?\nAssistant: ");
 }
 
+// The golden tiny-thinking template, and ours that `ernie synth --thinking-markers`
+// writes: both render spec §7.2's examples.
+std::vector<ChatTemplate> thinking_templates() {
+  std::vector<ChatTemplate> templates;
+  templates.push_back(load_template("tiny-thinking"));
+  templates.emplace_back(std::string(ernie_thinking_chat_template()), std::map<std::string, std::string>{});
+  return templates;
+}
+
 TEST(ErnieThinkingChatTemplate, RendersTheSpecExample) {
-  const ChatTemplate t = load_template("tiny-thinking");
-  EXPECT_EQ(t.render(inputs(four_turns())),
-            "<|im_start|>system\n<system_setting>\nYou are a helpful assistant.\n</system_setting>\n\n"
-            "<global_setting>\nthink_mode=True\n</global_setting><|im_end|>\n\n"
-            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n\n"
-            "<|im_start|>assistant\n<response>\n2+2 equals 4.\n</response>\n<|im_end|>\n\n"
-            "<|im_start|>user\nAnd 3+3?<|im_end|>\n\n"
-            "<|im_start|>assistant\n<think>\n");
+  for (const ChatTemplate& t : thinking_templates()) {
+    EXPECT_EQ(t.render(inputs(four_turns())),
+              "<|im_start|>system\n<system_setting>\nYou are a helpful assistant.\n</system_setting>\n\n"
+              "<global_setting>\nthink_mode=True\n</global_setting><|im_end|>\n\n"
+              "<|im_start|>user\nWhat is 2+2?<|im_end|>\n\n"
+              "<|im_start|>assistant\n<response>\n2+2 equals 4.\n</response>\n<|im_end|>\n\n"
+              "<|im_start|>user\nAnd 3+3?<|im_end|>\n\n"
+              "<|im_start|>assistant\n<think>\n");
+  }
 }
 
 TEST(ErnieThinkingChatTemplate, RendersToolsAndToolCalls) {
-  const ChatTemplate t = load_template("tiny-thinking");
-  ChatTemplateInputs in = inputs(ordered_json::parse(R"([
-    {"role": "user", "content": "Weather in Beijing?"},
-    {"role": "assistant", "content": "", "tool_calls": [
-      {"id": "call_1", "type": "function",
-       "function": {"name": "get_weather", "arguments": "{\"city\": \"Beijing\"}"}}]},
-    {"role": "tool", "content": "{\"temperature\": 21}"}])"));
-  in.tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
-      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
-  EXPECT_EQ(t.render(in),
-            "<|im_start|>system\n<tool_list>\n"
-            R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", )"
-            R"("properties": {"city": {"type": "string"}}}}}])"
-            "\n</tool_list>\n\n<global_setting>\nthink_mode=True\n</global_setting><|im_end|>\n\n"
-            "<|im_start|>user\nWeather in Beijing?<|im_end|>\n\n"
-            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Beijing\"}}\n"
-            "</tool_call>\n<|im_end|>\n\n"
-            "<|im_start|>tool\n{\"temperature\": 21}<|im_end|>\n\n"
-            "<|im_start|>assistant\n<think>\n");
+  for (const ChatTemplate& t : thinking_templates()) {
+    ChatTemplateInputs in = inputs(ordered_json::parse(R"([
+      {"role": "user", "content": "Weather in Beijing?"},
+      {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Beijing\"}"}}]},
+      {"role": "tool", "content": "{\"temperature\": 21}"}])"));
+    in.tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+    EXPECT_EQ(t.render(in),
+              "<|im_start|>system\n<tool_list>\n"
+              R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", )"
+              R"("properties": {"city": {"type": "string"}}}}}])"
+              "\n</tool_list>\n\n<global_setting>\nthink_mode=True\n</global_setting><|im_end|>\n\n"
+              "<|im_start|>user\nWeather in Beijing?<|im_end|>\n\n"
+              "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Beijing\"}}\n"
+              "</tool_call>\n<|im_end|>\n\n"
+              "<|im_start|>tool\n{\"temperature\": 21}<|im_end|>\n\n"
+              "<|im_start|>assistant\n<think>\n");
+  }
 }
 
 TEST(ErnieThinkingChatTemplate, ToolCallArgumentsAsObject) {
-  const ChatTemplate t = load_template("tiny-thinking");
-  const auto messages = ordered_json::parse(R"([
-    {"role": "assistant", "content": "", "tool_calls": [
-      {"function": {"name": "lookup", "arguments": {"q": "北京", "n": 2}}}]}])");
-  EXPECT_THAT(t.render(inputs(messages)),
-              HasSubstr("<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"q\": \"北京\", \"n\": 2}}\n</tool_call>"));
+  for (const ChatTemplate& t : thinking_templates()) {
+    const auto messages = ordered_json::parse(R"([
+      {"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "lookup", "arguments": {"q": "北京", "n": 2}}}]}])");
+    EXPECT_THAT(t.render(inputs(messages)),
+                HasSubstr("<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"q\": \"北京\", \"n\": 2}}\n</tool_call>"));
+  }
 }
 
 // --- what the context holds ----------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "text/jinja/template.h"
+#include "text/tokenizer_trainer.h"
 #include "util/error.h"
 
 #ifndef ERNIE_PYTHON3
@@ -148,11 +149,13 @@ class ScratchDir {
   fs::path path_;
 };
 
-// The corpus templates, then the ERNIE templates of the golden checkpoints.
+// The corpus templates, the ERNIE templates of the golden checkpoints, and the ones
+// `ernie synth` writes.
 struct TemplateCase {
   std::string name;
   fs::path path;              // a .jinja file, or
-  std::string golden_model;   // a golden model whose tokenizer_config.json holds it
+  std::string golden_model;   // a golden model whose tokenizer_config.json holds it, or
+  std::string text;           // the template itself
 };
 
 std::vector<TemplateCase> template_cases() {
@@ -162,10 +165,12 @@ std::vector<TemplateCase> template_cases() {
     for (char& c : name) {
       if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
     }
-    cases.push_back({"corpus_" + name, path, ""});
+    cases.push_back({"corpus_" + name, path, "", ""});
   }
-  cases.push_back({"ernie_tiny_dense", {}, "tiny-dense"});
-  cases.push_back({"ernie_tiny_thinking", {}, "tiny-thinking"});
+  cases.push_back({"ernie_tiny_dense", {}, "tiny-dense", ""});
+  cases.push_back({"ernie_tiny_thinking", {}, "tiny-thinking", ""});
+  cases.push_back({"synth_text", {}, "", std::string(ernie_text_chat_template())});
+  cases.push_back({"synth_thinking", {}, "", std::string(ernie_thinking_chat_template())});
   return cases;
 }
 
@@ -184,6 +189,9 @@ TEST_P(JinjaDifferential, EveryConversationRendersLikeJinja2) {
     const auto config = ordered_json::parse(read_file(kGoldenModels / c.golden_model / "tokenizer_config.json"));
     template_path = scratch.path() / "template.jinja";
     std::ofstream(template_path, std::ios::binary) << config.at("chat_template").get<std::string>();
+  } else if (!c.text.empty()) {
+    template_path = scratch.path() / "template.jinja";
+    std::ofstream(template_path, std::ios::binary) << c.text;
   }
   const std::string source = read_file(template_path);
   const auto conversations = files_in(kCorpus / "conversations", ".json");

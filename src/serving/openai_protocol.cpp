@@ -104,7 +104,7 @@ void parse_tools(const json& body, OpenAiRequest& request) {
     const json& tools = body.at("tools");
     if (!tools.is_array()) invalid_field("tools", "\"tools\" must be a list");
     for (const json& tool : tools) {
-      const bool function = tool.is_object() && tool.value("type", "") == "function" && tool.contains("function") &&
+      const bool function = tool.is_object() && tool.contains("type") && tool.at("type") == "function" && tool.contains("function") &&
                             tool.at("function").is_object() && tool.at("function").contains("name") &&
                             tool.at("function").at("name").is_string();
       if (!function)

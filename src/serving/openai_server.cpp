@@ -220,9 +220,10 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       if (output.finished()) choice.finish_reason = output.finish_reason;
       // With a parser, a delta that only carried markers says nothing (FastDeploy sends
       // none), unless the client asked for every token's ids or logprobs.
-      const bool worth_sending = !output.token_ids.empty() &&
-                                 (!choice.parser || !parsed.empty() || request_.return_token_ids || request_.logprobs);
-      if (request_.stream && !disconnected_ && (worth_sending || !parsed.empty())) {
+      const bool worth_sending =
+          !parsed.empty() ||
+          (!output.token_ids.empty() && (!choice.parser || request_.return_token_ids || request_.logprobs));
+      if (request_.stream && !disconnected_ && worth_sending) {
         choice.pending.push_back(delta_entry(index, parsed, first_call_index, output.token_ids, logprobs));
       }
       if (request_.stream && !disconnected_) flush_stream_entries(index, output.finished());

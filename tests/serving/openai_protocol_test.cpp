@@ -112,6 +112,7 @@ TEST(OpenAiProtocolTest, ToolsToolChoiceAndThinkingBudget) {
   EXPECT_EQ(param(R"("tools": {"f": 1})"), "tools");
   EXPECT_EQ(param(R"("tools": [{"type": "function", "function": {}}])"), "tools");
   EXPECT_EQ(param(R"("tools": [{"type": "retrieval"}])"), "tools");
+  EXPECT_EQ(param(R"("tools": [{"type": 5, "function": {"name": "f"}}])"), "tools");
   EXPECT_EQ(param(R"("reasoning_max_tokens": 0)"), "reasoning_max_tokens");
 
   // History: an assistant turn's tool_calls and a tool turn's result.

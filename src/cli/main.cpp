@@ -17,6 +17,7 @@ constexpr const char* kUsage =
     "  serve     OpenAI-compatible HTTP server (FastDeploy's flags)\n"
     "  run       generate text from a prompt, streamed to stdout\n"
     "  logits    write the logits of every position of a token sequence\n"
+    "  perplexity  score a text file: the perplexity users compare checkpoints and quantizations by\n"
     "  synth     write a random checkpoint in the real ERNIE 4.5 formats\n"
     "  bench     offline engine benchmark: throughput, TTFT, time per output token\n"
     "\n"
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     if (command == "serve") return ernie::serve_command(argc, argv);
     if (command == "run") return ernie::run_command(argc, argv);
     if (command == "logits") return ernie::logits_command(argc, argv);
+    if (command == "perplexity") return ernie::perplexity_command(argc, argv);
     if (command == "synth") return ernie::synth_command(argc, argv);
     if (command == "bench") return ernie::bench_command(argc, argv);
     std::fprintf(stderr, "error: unknown command \"%s\"\n\n%s", command.c_str(), kUsage);

@@ -45,7 +45,9 @@ FlagInfo later(std::string name, std::string value, std::string note) {
 
 std::vector<FlagInfo> serve_flags() {
   std::vector<FlagInfo> flags = {
-      flag("model", "DIR|NAME", "checkpoint directory, or a hub name found in the local Hugging Face cache"),
+      flag("model", "DIR|NAME",
+           "checkpoint directory, or a hub name found in the local Hugging Face cache (default: the small trained "
+           "model that ships in models/" + std::string(kDefaultModelName) + ")"),
       flag("served-model-name", "NAME", "model name in /v1/models and responses (default: --model as given)"),
       flag("tokenizer", "DIR", "tokenizer directory (default: the model directory)"),
       flag("host", "HOST", "address to bind", "0.0.0.0"),
@@ -185,6 +187,16 @@ std::string resolve_model_path(const std::string& model) {
   fail("--model ", model, " is not a directory");
 }
 
+std::string default_model_dir() {
+  // From the checkout the binary was built in, or from models/ below the working directory.
+  const std::vector<std::filesystem::path> candidates = {std::filesystem::path("models") / kDefaultModelName,
+                                                         std::filesystem::path(ERNIE_MODELS_DIR) / kDefaultModelName};
+  for (const auto& candidate : candidates)
+    if (std::filesystem::is_regular_file(candidate / "config.json")) return candidate.string();
+  fail("--model was not given and the shipped model is missing (looked in ", candidates[0].string(), " and ",
+       candidates[1].string(), "); point --model at an ERNIE 4.5 checkpoint directory");
+}
+
 std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   const std::vector<FlagInfo> flags = serve_flags();
   std::vector<OptionSpec> specs;
@@ -211,11 +223,14 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   announce_environment();
 
   ServeConfig config;
-  if (!args.has("model"))
-    fail("--model is required: no trained model ships in models/ yet; point --model at an ERNIE 4.5 checkpoint "
-         "directory (or make a random one with `ernie synth`)");
-  config.model_dir = resolve_model_path(args.get("model"));
-  config.model_name = args.get_optional("served-model-name").value_or(args.get("model"));
+  if (args.has("model")) {
+    config.model_dir = resolve_model_path(args.get("model"));
+    config.model_name = args.get_optional("served-model-name").value_or(args.get("model"));
+  } else {
+    config.model_dir = default_model_dir();
+    config.model_name = args.get_optional("served-model-name").value_or(kDefaultModelName);
+    log_info("no --model: serving the shipped ", kDefaultModelName, " from ", config.model_dir);
+  }
   config.tokenizer_dir = args.has("tokenizer") ? resolve_model_path(args.get("tokenizer")) : config.model_dir;
   config.host = args.get("host");
   const int64_t port = args.get_int("port");

@@ -36,6 +36,11 @@ struct ServeConfig {
 // --help was printed.
 std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first);
 
+// The model `ernie serve` runs without --model: the small trained dense model in models/.
+inline constexpr const char* kDefaultModelName = "ernie-4.5-kjv-dense";
+// Its directory; throws ernie::Error naming where it looked when it is absent.
+std::string default_model_dir();
+
 // Finds a model: a directory as given, or a hub name ("baidu/ERNIE-4.5-0.3B-PT") in the
 // local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub).
 std::string resolve_model_path(const std::string& model);

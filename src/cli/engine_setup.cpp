@@ -38,6 +38,7 @@ std::vector<OptionSpec> engine_option_specs() {
 EngineConfig engine_config_from_args(const ParsedArgs& args) {
   EngineConfig config;
   config.max_model_len = args.get_int("max-model-len");
+  config.max_model_len_given = args.has("max-model-len");
   const int64_t max_seqs = args.get_int("max-num-seqs");
   config.max_num_seqs = static_cast<int>(std::clamp<int64_t>(max_seqs, INT32_MIN, INT32_MAX));
   if (args.has("max-num-batched-tokens")) config.max_num_batched_tokens = args.get_int("max-num-batched-tokens");
@@ -69,8 +70,10 @@ EngineConfig engine_config_from_args(const ParsedArgs& args) {
   return config;
 }
 
-LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& config, size_t threads,
+LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& requested, size_t threads,
                          const std::string& tokenizer_dir) {
+  EngineConfig config = requested;
+  fit_max_model_len(config, load_model_config(model_dir));
   LoadedEngine loaded;
   loaded.pool = std::make_unique<ThreadPool>(threads);
   loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_dir.empty() ? model_dir : tokenizer_dir));

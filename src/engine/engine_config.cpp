@@ -8,6 +8,13 @@
 
 namespace ernie {
 
+void fit_max_model_len(EngineConfig& config, const ModelConfig& model) {
+  if (config.max_model_len_given || model.max_position_embeddings >= config.max_model_len) return;
+  log_info("--max-model-len defaults to the model's max_position_embeddings, ", model.max_position_embeddings,
+           " (not ", config.max_model_len, ")");
+  config.max_model_len = model.max_position_embeddings;
+}
+
 int64_t EngineConfig::effective_max_num_batched_tokens() const {
   if (max_num_batched_tokens) return *max_num_batched_tokens;
   return chunked_prefill ? 512 : max_model_len;

@@ -18,6 +18,7 @@ struct EngineConfig {
   int max_num_seqs = 8;                         // --max-num-seqs
   std::optional<int64_t> max_num_batched_tokens;  // --max-num-batched-tokens (default below)
   int64_t max_model_len = 2048;                 // --max-model-len
+  bool max_model_len_given = false;             // false: the default, which a smaller model lowers
   bool chunked_prefill = true;                  // --enable-chunked-prefill / FD_DISABLE_CHUNKED_PREFILL
   bool prefix_caching = true;                   // --enable-prefix-caching / --no-enable-prefix-caching
   bool v1_scheduler = true;                     // ENABLE_V1_KVCACHE_SCHEDULER
@@ -34,6 +35,11 @@ struct EngineConfig {
 
 // Checks ranges and combinations; throws ernie::Error naming the flag.
 void validate_engine_config(const EngineConfig& config, const ModelConfig& model);
+
+// Lowers the default --max-model-len to a model that holds fewer positions (a small
+// model trained on short windows), saying so; a value given on the command line is left
+// for validate_engine_config to judge.
+void fit_max_model_len(EngineConfig& config, const ModelConfig& model);
 
 // How many KV blocks to make: the override, or what fits in gpu_memory_utilization of
 // `machine_bytes` after the weights and the activations of one full step, for KV rows of

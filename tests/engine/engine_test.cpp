@@ -365,6 +365,24 @@ TEST_F(EngineTest, BudgetNeedsAThinkEndToken) {
   EXPECT_THAT(testing::error_message([&] { engine->add_request(request); }), HasSubstr("reasoning_max_tokens must be >= 1"));
 }
 
+TEST(EngineConfigTest, TheDefaultLengthFitsASmallModel) {
+  ModelConfig model = load_model_config(testing::golden_model_dir("tiny-dense"));
+  model.max_position_embeddings = 256;
+  EngineConfig config;  // the default 2048
+  fit_max_model_len(config, model);
+  EXPECT_EQ(config.max_model_len, 256);
+  EngineConfig given;
+  given.max_model_len = 4096;
+  given.max_model_len_given = true;
+  fit_max_model_len(given, model);
+  EXPECT_EQ(given.max_model_len, 4096);  // left for validation to refuse
+  EXPECT_THROW(validate_engine_config(given, model), Error);
+  model.max_position_embeddings = 131072;
+  EngineConfig roomy;
+  fit_max_model_len(roomy, model);
+  EXPECT_EQ(roomy.max_model_len, 2048);
+}
+
 TEST(EngineConfigTest, BlockPlanRefusesAPoolTooSmallForOneSequence) {
   ModelConfig model = load_model_config(testing::golden_model_dir("tiny-dense"));
   const size_t kFp32Row = static_cast<size_t>(model.kv_width()) * sizeof(float);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian package that building and testing ernie.cpp needs.
+#   scripts/install-deps.sh [--training]
 # Idempotent and non-interactive; only Debian's own repositories are used.
 set -euo pipefail
 
@@ -13,6 +14,12 @@ packages=(
   python3 python3-numpy                      # the independent numpy reference in tests
   python3-jinja2                             # differential tests of our Jinja engine
 )
+
+# `--training` adds what tools/train_small_ernie.py needs to retrain the shipped models
+# (CPU torch, the plots, and the public-domain text it learns from).
+if [ "${1:-}" = "--training" ]; then
+  packages+=(python3-torch python3-sentencepiece python3-matplotlib bible-kjv bible-kjv-text)
+fi
 
 # Node.js and npm run the end-to-end tests with the official OpenAI client. Some images
 # ship a Node.js build that bundles npm; only ask Debian for what is absent.

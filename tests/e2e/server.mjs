@@ -15,15 +15,17 @@ export async function freePort() {
 
 // Resolves once the server logs that it is serving; rejects if it exits first.
 // `launch` picks another program than `ernie serve` (the scripted test server) or model:
-// { command: [binary, ...leading args], model, maxModelLen }.
+// { command: [binary, ...leading args], model (null: no --model), maxModelLen (null: none) }.
 export async function startServer(extraArgs = [], env = {}, launch = {}) {
   const [binary, ...leading] = launch.command ?? [process.env.ERNIE_BINARY, 'serve'];
-  const model = launch.model ?? process.env.ERNIE_E2E_MODEL;
-  if (!binary || !model) throw new Error('ERNIE_BINARY and ERNIE_E2E_MODEL must be set');
+  const model = launch.model === null ? null : launch.model ?? process.env.ERNIE_E2E_MODEL;
+  if (!binary || model === undefined) throw new Error('ERNIE_BINARY and ERNIE_E2E_MODEL must be set');
   const port = await freePort();
   const logDir = process.env.ERNIE_E2E_LOG_DIR ?? '/tmp/ernie-e2e-logs';
-  const child = spawn(binary, [...leading, '--model', model, '--host', '127.0.0.1', '--port', String(port),
-                               '--max-model-len', String(launch.maxModelLen ?? 512), ...extraArgs],
+  const modelArgs = model === null ? [] : ['--model', model];
+  const lengthArgs = launch.maxModelLen === null ? [] : ['--max-model-len', String(launch.maxModelLen ?? 512)];
+  const child = spawn(binary, [...leading, ...modelArgs, '--host', '127.0.0.1', '--port', String(port),
+                               ...lengthArgs, ...extraArgs],
                       { env: { ...process.env, FD_LOG_DIR: logDir, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   await new Promise((resolve, reject) => {

@@ -49,6 +49,15 @@ TEST(ServeConfigTest, TheSeedCommandsParse) {
   EXPECT_EQ(split.model_name, model);
 }
 
+TEST(ServeConfigTest, WithoutModelTheShippedOneIsServed) {
+  const ServeConfig config = parse({});
+  EXPECT_EQ(config.model_name, "ernie-4.5-kjv-dense");
+  EXPECT_TRUE(std::filesystem::exists(config.model_dir + "/config.json")) << config.model_dir;
+  // It was trained on 256-token windows: the default length follows it.
+  EXPECT_EQ(config.engine.max_model_len, 256);
+  EXPECT_EQ(parse({"--served-model-name", "kjv"}).model_name, "kjv");
+}
+
 TEST(ServeConfigTest, BadValuesAndMisspellingsAreRefused) {
   const std::string model = testing::golden_model_dir("tiny-dense");
   EXPECT_THAT(error_of({"--model", model, "--max-num-seq", "4"}), HasSubstr("did you mean --max-num-seqs?"));

@@ -72,20 +72,17 @@ EngineConfig engine_config_from_args(const ParsedArgs& args) {
 
 LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& requested, size_t threads,
                          const std::string& tokenizer_dir) {
-  EngineConfig config = requested;
-  fit_max_model_len(config, load_model_config(model_dir));
   LoadedEngine loaded;
   loaded.pool = std::make_unique<ThreadPool>(threads);
   loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_dir.empty() ? model_dir : tokenizer_dir));
-  loaded.model = load_model_reporting(model_dir, *loaded.pool, quantization_from_flag(model_dir, config.quantization));
+  loaded.model = load_model_reporting(model_dir, *loaded.pool, quantization_from_flag(model_dir, requested.quantization));
+  EngineConfig config = requested;
+  fit_max_model_len(config, loaded.model->config());
   validate_engine_config(config, loaded.model->config());
-  const GenerationConfig generation = load_generation_config(model_dir);
-  const std::vector<int>& eos = generation.eos_token_ids.empty() ? loaded.model->config().eos_token_ids
-                                                                  : generation.eos_token_ids;
   const int blocks = plan_kv_blocks(config, loaded.model->config(), loaded.model->load_report().weight_bytes,
                                     loaded.model->kv_row_bytes(), physical_memory_bytes());
   auto engine = std::make_unique<Engine>(*loaded.model, *loaded.tokenizer, config, blocks,
-                                         std::vector<int32_t>(eos.begin(), eos.end()));
+                                         end_token_ids(load_generation_config(model_dir), loaded.model->config()));
   loaded.client = std::make_unique<EngineClient>(std::move(engine));
   return loaded;
 }

@@ -37,4 +37,9 @@ GenerationConfig load_generation_config(const std::string& model_dir) {
   return config;
 }
 
+std::vector<int32_t> end_token_ids(const GenerationConfig& generation, const ModelConfig& model) {
+  const std::vector<int>& ids = generation.eos_token_ids.empty() ? model.eos_token_ids : generation.eos_token_ids;
+  return {ids.begin(), ids.end()};
+}
+
 }  // namespace ernie

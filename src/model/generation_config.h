@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
+
 namespace ernie {
 
 struct GenerationConfig {
@@ -18,5 +20,8 @@ struct GenerationConfig {
 // Reads MODEL_DIR/generation_config.json; a missing file gives an empty config, a
 // malformed one an error naming the file.
 GenerationConfig load_generation_config(const std::string& model_dir);
+
+// The tokens that end a generation: generation_config.json's list, else config.json's.
+std::vector<int32_t> end_token_ids(const GenerationConfig& generation, const ModelConfig& model);
 
 }  // namespace ernie

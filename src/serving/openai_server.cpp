@@ -379,8 +379,7 @@ OpenAiService::OpenAiService(const ServeConfig& config, EngineClient& engine, co
   const std::string source = config.chat_template.empty() ? tokenizer.chat_template() : config.chat_template;
   if (!source.empty()) chat_template_ = std::make_unique<ChatTemplate>(source, special_token_strings(tokenizer));
   else log_warning("the model has no chat template: /v1/chat/completions needs --chat-template or disable_chat_template");
-  const std::vector<int>& eos = generation.eos_token_ids.empty() ? model.eos_token_ids : generation.eos_token_ids;
-  eos_token_ids_.assign(eos.begin(), eos.end());
+  eos_token_ids_ = end_token_ids(generation, model);
   if (!config.reasoning_parser.empty()) reasoning_parser_ = parse_reasoning_parser_name(config.reasoning_parser);
   if (!config.tool_call_parser.empty()) tool_call_parser_ = parse_tool_call_parser_name(config.tool_call_parser);
   if (reasoning_parser_ != ReasoningParser::kNone || tool_call_parser_ != ToolCallParser::kNone) {

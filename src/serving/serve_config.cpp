@@ -267,9 +267,10 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   config.log_dir = env_or("FD_LOG_DIR", "log");
   config.threads = thread_count_from_flag(args.get_int("threads"));
   config.engine = engine_config_from_args(args);
-  fit_max_model_len(config.engine, load_model_config(config.model_dir));
+  const ModelConfig model = load_model_config(config.model_dir);
+  fit_max_model_len(config.engine, model);
   // A bad --quantization is refused now, not after minutes of loading.
-  if (!config.engine.quantization.empty()) parse_quantization(config.engine.quantization, load_model_config(config.model_dir));
+  if (!config.engine.quantization.empty()) parse_quantization(config.engine.quantization, model);
   return config;
 }
 

@@ -40,13 +40,12 @@ int run(int argc, char** argv) {
     scripts.push_back({entry.at("when").get<std::vector<std::string>>(), tokenizer.encode(entry.at("reply").get<std::string>())});
   const GenerationConfig generation = load_generation_config(config.model_dir);
   ModelConfig model_config = load_model_config(config.model_dir);
-  const std::vector<int>& eos = generation.eos_token_ids.empty() ? model_config.eos_token_ids : generation.eos_token_ids;
+  const std::vector<int32_t> eos = end_token_ids(generation, model_config);
   const std::vector<int32_t> end = tokenizer.encode(script.value("end", tokenizer.token_bytes(eos.at(0), false)));
   if (end.size() != 1) fail("the script's \"end\" must be one token");
   testing::ScriptedModel model(model_config, tokenizer, tokenizer.encode(script.at("answer_start").get<std::string>()),
                                std::move(scripts), end[0]);
-  auto engine = std::make_unique<Engine>(model, tokenizer, config.engine, /*num_blocks=*/4096,
-                                         std::vector<int32_t>(eos.begin(), eos.end()));
+  auto engine = std::make_unique<Engine>(model, tokenizer, config.engine, /*num_blocks=*/4096, eos);
   EngineClient client(std::move(engine));
   return serve_until_signalled(config, shutdown_signals, client, tokenizer, model.config(), generation);
 }

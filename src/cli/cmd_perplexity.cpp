@@ -1,8 +1,6 @@
 // ernie perplexity: how well a model predicts a text file, the figure to compare
 // checkpoints and quantizations by (protocol in model/perplexity.h).
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +12,7 @@
 #include "util/error.h"
 #include "util/log.h"
 #include "util/stopwatch.h"
+#include "util/text_file.h"
 
 namespace ernie {
 
@@ -35,16 +34,13 @@ int perplexity_command(int argc, char** argv) {
     return 0;
   }
   const std::string path = args.get("file");
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail("cannot read --file ", path);
-  std::stringstream text;
-  text << file.rdbuf();
+  const std::string text = read_text_file(path);
   const int64_t context = args.get_int("context");
 
   const std::string model_dir = args.get("model");
   const Tokenizer tokenizer = Tokenizer::load(model_dir);
   // Special-token strings in the text are plain text here, as in any corpus.
-  const std::vector<int32_t> tokens = tokenizer.encode(text.str(), /*parse_special=*/false);
+  const std::vector<int32_t> tokens = tokenizer.encode(text, /*parse_special=*/false);
   const std::string quantization = args.get_optional("quantization").value_or("");
   ThreadPool pool(thread_count_from_flag(args.get_int("threads")));
   auto model = load_model_reporting(model_dir, pool, quantization_from_flag(model_dir, quantization));

@@ -1,25 +1,16 @@
 #include "model/checkpoint.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/text_file.h"
 
 namespace ernie {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail("cannot read ", path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
 
 // weight_map: tensor name -> shard file name, validated.
 std::map<std::string, std::string> read_index(const std::string& index_path) {

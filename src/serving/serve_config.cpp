@@ -13,6 +13,7 @@
 #include "serving/output_parser.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/text_file.h"
 
 namespace ernie {
 namespace {
@@ -135,13 +136,7 @@ void check_flag_value(const std::string& name, const std::string& value) {
 }
 
 std::string read_template_argument(const std::string& value) {
-  if (fs::is_regular_file(value)) {
-    std::ifstream file(value);
-    std::stringstream text;
-    text << file.rdbuf();
-    return text.str();
-  }
-  return value;
+  return fs::is_regular_file(value) ? read_text_file(value) : value;
 }
 
 // FastDeploy's environment variables that mean nothing here, with what happens instead.

@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "util/error.h"
 #include "util/log.h"
+#include "util/text_file.h"
 
 namespace ernie {
 
@@ -33,18 +32,10 @@ constexpr int64_t kMaxAddedTokenId = 1 << 21;
 constexpr std::array<const char*, 7> kNamedSpecialTokens = {
     "bos_token", "eos_token", "unk_token", "pad_token", "cls_token", "sep_token", "mask_token"};
 
-std::string read_text_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read ", path.string(), ": expected a readable file");
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
-
 json read_json_object(const fs::path& path) {
   json parsed;
   try {
-    parsed = json::parse(read_text_file(path));
+    parsed = json::parse(read_text_file(path.string()));
   } catch (const json::exception& e) {
     fail("invalid JSON in ", path.string(), ": ", e.what());
   }
@@ -205,7 +196,7 @@ std::string read_chat_template_value(const json& value, const fs::path& file) {
 // transformers prefers a template saved in its own file over the config's copy.
 std::optional<std::string> read_separate_chat_template(const fs::path& dir) {
   const fs::path jinja_path = dir / "chat_template.jinja";
-  if (fs::exists(jinja_path)) return read_text_file(jinja_path);
+  if (fs::exists(jinja_path)) return read_text_file(jinja_path.string());
   const fs::path json_path = dir / "chat_template.json";
   if (!fs::exists(json_path)) return std::nullopt;
   const json holder = read_json_object(json_path);
@@ -312,7 +303,7 @@ void Tokenizer::load_sentencepiece(const std::string& model_dir) {
   }
   processor_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   // Reading the bytes ourselves gives unreadable files our error message, naming the path.
-  const auto status = processor_->LoadFromSerializedProto(read_text_file(*model_path));
+  const auto status = processor_->LoadFromSerializedProto(read_text_file(model_path->string()));
   if (!status.ok()) {
     fail("cannot load SentencePiece model ", model_path->string(), ": ", status.ToString(),
          " (expected a SentencePiece model file)");

@@ -13,10 +13,8 @@ namespace ernie {
 namespace {
 
 void check_parser_markers(const ServeConfig& config) {
-  if (config.reasoning_parser.empty() && config.tool_call_parser.empty()) return;
-  resolve_marker_tokens(Tokenizer::load(config.tokenizer_dir),
-                        config.reasoning_parser.empty() ? ReasoningParser::kNone : parse_reasoning_parser_name(config.reasoning_parser),
-                        config.tool_call_parser.empty() ? ToolCallParser::kNone : parse_tool_call_parser_name(config.tool_call_parser));
+  if (config.reasoning_parser == ReasoningParser::kNone && config.tool_call_parser == ToolCallParser::kNone) return;
+  resolve_marker_tokens(Tokenizer::load(config.tokenizer_dir), config.reasoning_parser, config.tool_call_parser);
 }
 
 }  // namespace

@@ -250,7 +250,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
 
   Usage usage() const {
     Usage usage;
-    usage.reports_reasoning = service_.reasoning_parser_ != ReasoningParser::kNone && request_.kind == ApiKind::kChat;
+    usage.reports_reasoning = service_.config_.reasoning_parser != ReasoningParser::kNone && request_.kind == ApiKind::kChat;
     for (const Choice& choice : choices_) {
       usage.reasoning_tokens += reasoning_tokens(choice);
       usage.prompt_tokens += static_cast<int64_t>(choice.prompt_ids.size());
@@ -295,7 +295,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       if (request_.kind == ApiKind::kChat) {
         ordered_json message = {{"role", "assistant"}, {"content", choice.text}};
         if (choice.text.empty() && !choice.tool_calls.empty()) message["content"] = nullptr;
-        if (choice.parser && service_.reasoning_parser_ != ReasoningParser::kNone) message["reasoning_content"] = choice.reasoning;
+        if (choice.parser && service_.config_.reasoning_parser != ReasoningParser::kNone) message["reasoning_content"] = choice.reasoning;
         if (!choice.tool_calls.empty()) {
           ordered_json calls = ordered_json::array();
           for (const ParsedToolCall& call : choice.tool_calls) calls.push_back(tool_call_json(call));
@@ -380,14 +380,12 @@ OpenAiService::OpenAiService(const ServeConfig& config, EngineClient& engine, co
   if (!source.empty()) chat_template_ = std::make_unique<ChatTemplate>(source, special_token_strings(tokenizer));
   else log_warning("the model has no chat template: /v1/chat/completions needs --chat-template or disable_chat_template");
   eos_token_ids_ = end_token_ids(generation, model);
-  if (!config.reasoning_parser.empty()) reasoning_parser_ = parse_reasoning_parser_name(config.reasoning_parser);
-  if (!config.tool_call_parser.empty()) tool_call_parser_ = parse_tool_call_parser_name(config.tool_call_parser);
-  if (reasoning_parser_ != ReasoningParser::kNone || tool_call_parser_ != ToolCallParser::kNone) {
-    markers_ = resolve_marker_tokens(tokenizer, reasoning_parser_, tool_call_parser_);
+  if (config_.reasoning_parser != ReasoningParser::kNone || config_.tool_call_parser != ToolCallParser::kNone) {
+    markers_ = resolve_marker_tokens(tokenizer, config_.reasoning_parser, config_.tool_call_parser);
     std::string listed;
     for (const auto& [text, id] : markers_.ids) listed += (listed.empty() ? "" : ", ") + text + "=" + std::to_string(id);
-    log_info("chat answers are parsed for", reasoning_parser_ != ReasoningParser::kNone ? " reasoning_content (" + config.reasoning_parser + ")" : "",
-             tool_call_parser_ != ToolCallParser::kNone ? " tool_calls (" + config.tool_call_parser + ")" : "", "; markers ", listed);
+    log_info("chat answers are parsed for", config_.reasoning_parser != ReasoningParser::kNone ? " reasoning_content" : "",
+             config_.tool_call_parser != ToolCallParser::kNone ? " tool_calls" : "", "; markers ", listed);
   }
 }
 
@@ -479,7 +477,7 @@ std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest
   inputs.tools = request.tools;
   inputs.extra = request.chat_template_kwargs;
   // ernie_x1 models always think (FastDeploy turns enable_thinking on for this parser).
-  if (reasoning_parser_ == ReasoningParser::kErnieX1 && !inputs.extra.contains("enable_thinking"))
+  if (config_.reasoning_parser == ReasoningParser::kErnieX1 && !inputs.extra.contains("enable_thinking"))
     inputs.extra["enable_thinking"] = true;
   if (request.chat_template_kwargs.contains("add_generation_prompt") &&
       request.chat_template_kwargs.at("add_generation_prompt").is_boolean())
@@ -561,11 +559,11 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
       choice.engine_id = prompts.size() == 1 ? id : id + "-" + std::to_string(i);
       choice.prompt_ids = prompts[i];
       if (request.echo) choice.prompt_text = i < request.prompt_texts.size() ? request.prompt_texts[i] : tokenizer_.decode(prompts[i]);
-      const bool parse_tool_calls = tool_call_parser_ != ToolCallParser::kNone && !request.tools.is_null() && !request.tool_choice_none;
-      if (kind == ApiKind::kChat && (reasoning_parser_ != ReasoningParser::kNone || parse_tool_calls)) {
-        const OutputSection start = initial_section(reasoning_parser_, prompts[i], markers_);
+      const bool parse_tool_calls = config_.tool_call_parser != ToolCallParser::kNone && !request.tools.is_null() && !request.tool_choice_none;
+      if (kind == ApiKind::kChat && (config_.reasoning_parser != ReasoningParser::kNone || parse_tool_calls)) {
+        const OutputSection start = initial_section(config_.reasoning_parser, prompts[i], markers_);
         choice.starts_in_reasoning = start == OutputSection::kReasoning;
-        choice.parser = std::make_unique<OutputParser>(reasoning_parser_, parse_tool_calls, start);
+        choice.parser = std::make_unique<OutputParser>(config_.reasoning_parser, parse_tool_calls, start);
       }
       assembler->choices().push_back(std::move(choice));
     }

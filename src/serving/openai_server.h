@@ -51,8 +51,6 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   RequestDefaults defaults_;
   std::unique_ptr<ChatTemplate> chat_template_;
   ServingMetrics metrics_;
-  ReasoningParser reasoning_parser_ = ReasoningParser::kNone;
-  ToolCallParser tool_call_parser_ = ToolCallParser::kNone;
   MarkerTokens markers_;
   std::vector<int32_t> eos_token_ids_;
   std::atomic<int> in_flight_{0};

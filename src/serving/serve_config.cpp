@@ -250,12 +250,10 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   config.max_logprobs = static_cast<int>(args.get_int("max-logprobs"));
   if (config.max_logprobs < 0 || config.max_logprobs > 20) fail("--max-logprobs must lie in 0..20, got ", config.max_logprobs);
   if (args.has("reasoning-parser")) {
-    config.reasoning_parser = args.get("reasoning-parser");
-    parse_reasoning_parser_name(config.reasoning_parser);
+    config.reasoning_parser = parse_reasoning_parser_name(args.get("reasoning-parser"));
   }
   if (args.has("tool-call-parser")) {
-    config.tool_call_parser = args.get("tool-call-parser");
-    parse_tool_call_parser_name(config.tool_call_parser);
+    config.tool_call_parser = parse_tool_call_parser_name(args.get("tool-call-parser"));
   }
   config.graceful_shutdown_seconds = static_cast<int>(args.get_int("timeout-graceful-shutdown"));
   if (config.graceful_shutdown_seconds < 0) fail("--timeout-graceful-shutdown must be >= 0");

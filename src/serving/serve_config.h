@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/engine_config.h"
+#include "serving/output_parser.h"
 
 namespace ernie {
 
@@ -24,8 +25,8 @@ struct ServeConfig {
   std::string chat_template;          // --chat-template: the template text (a file's content or the string)
   bool enable_logprob = false;        // --enable-logprob
   int max_logprobs = 20;
-  std::string reasoning_parser;       // --reasoning-parser: checked name (serving/output_parser.h)
-  std::string tool_call_parser;       // --tool-call-parser
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // --reasoning-parser
+  ToolCallParser tool_call_parser = ToolCallParser::kNone;    // --tool-call-parser
   std::string log_dir = "log";        // FD_LOG_DIR
   int graceful_shutdown_seconds = 30; // --timeout-graceful-shutdown (0 in FastDeploy = unbounded; we bound it)
   size_t threads = 0;

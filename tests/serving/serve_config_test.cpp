@@ -31,7 +31,8 @@ TEST(ServeConfigTest, TheSeedCommandsParse) {
                                       "ernie_x1", "--tool-call-parser", "ernie_x1", "--max-num-seqs", "32"});
   EXPECT_EQ(thinking.engine.max_model_len, 131072);
   EXPECT_EQ(thinking.engine.max_num_seqs, 32);
-  EXPECT_EQ(thinking.reasoning_parser, "ernie_x1");
+  EXPECT_EQ(thinking.reasoning_parser, ReasoningParser::kErnieX1);
+  EXPECT_EQ(thinking.tool_call_parser, ToolCallParser::kErnieX1);
   const ServeConfig big = parse({"--model", model, "--tensor-parallel-size", "8", "--quantization", "wint4",
                                  "--max-model-len", "32768", "--kv-cache-ratio", "0.75", "--max-num-seqs", "128"});
   EXPECT_DOUBLE_EQ(big.engine.kv_cache_ratio, 0.75);

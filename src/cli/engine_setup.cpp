@@ -4,6 +4,7 @@
 #include "model/generation_config.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/memory_info.h"
 #include "util/process_stats.h"
 
 namespace ernie {
@@ -79,8 +80,11 @@ LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& reque
   EngineConfig config = requested;
   fit_max_model_len(config, loaded.model->config());
   validate_engine_config(config, loaded.model->config());
+  const MemoryBudget memory = read_memory_budget();
+  log_info("memory for the KV cache planned from ", memory.source, ": ", memory.available >> 20, " MiB available + ",
+           memory.own_anonymous >> 20, " MiB held by this process");
   const int blocks = plan_kv_blocks(config, loaded.model->config(), loaded.model->load_report().weight_bytes,
-                                    loaded.model->kv_row_bytes(), physical_memory_bytes());
+                                    loaded.model->kv_row_bytes(), memory.usable());
   auto engine = std::make_unique<Engine>(*loaded.model, *loaded.tokenizer, config, blocks,
                                          end_token_ids(load_generation_config(model_dir), loaded.model->config()));
   loaded.client = std::make_unique<EngineClient>(std::move(engine));

@@ -81,6 +81,7 @@ void Engine::add_request(GenerateRequest request) {
   engine_request.id = request.id;
   engine_request.tokens = std::move(request.prompt);
   engine_request.prompt_length = prompt_length;
+  engine_request.fairness_group = request.fairness_group;
   engine_request.params = std::move(request.params);
   engine_request.max_total_tokens =
       std::min(config_.max_model_len, prompt_length + static_cast<int64_t>(engine_request.params.max_tokens));

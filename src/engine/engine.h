@@ -29,6 +29,10 @@ struct GenerateRequest {
   // Special tokens whose text stays in the output text: the markers the server's
   // reasoning and tool-call parsers read.
   std::vector<int32_t> visible_special_tokens;
+  // Requests that share a group (the prompts of one batched HTTP request) are admitted
+  // in turn with other groups', so one large batch cannot starve everyone else. 0: a
+  // group of its own.
+  uint64_t fairness_group = 0;
 };
 
 struct EngineStats {

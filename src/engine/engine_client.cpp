@@ -59,7 +59,10 @@ void EngineClient::validate(const GenerateRequest& request) const {
   if (static_cast<int64_t>(request.prompt.size()) >= engine_->config().max_model_len)
     fail("the prompt has ", request.prompt.size(), " tokens but --max-model-len is ", engine_->config().max_model_len,
          ", which must leave room for at least one generated token");
-  validate_sampling_params(request.params, engine_->model_config().vocab_size);
+  const int vocab = engine_->model_config().vocab_size;
+  for (int32_t token : request.prompt)
+    if (token < 0 || token >= vocab) fail("prompt token id ", token, " is outside the vocabulary 0..", vocab - 1);
+  validate_sampling_params(request.params, vocab);
 }
 
 std::shared_ptr<OutputStream> EngineClient::submit(GenerateRequest request) {
@@ -133,6 +136,7 @@ void EngineClient::run() {
         output.request_id = id;
         output.finish_reason = FinishReason::kError;
         output.error = "internal error in the engine step";
+        output.server_fault = true;
         sink(std::move(output));
       }
       sinks_.clear();

@@ -61,7 +61,7 @@ int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_
                           static_cast<double>(weight_bytes) - static_cast<double>(activation_bytes);
     blocks = budget > 0 ? static_cast<int>(std::min(budget / static_cast<double>(block_bytes), 1e9)) : 0;
     if (blocks < needed_blocks)
-      fail("KV cache: ", config.gpu_memory_utilization, " of ", machine_bytes / (1 << 20), " MiB leaves ",
+      fail("KV cache: ", config.gpu_memory_utilization, " of ", machine_bytes / (1 << 20), " MiB usable memory leaves ",
            budget > 0 ? static_cast<int64_t>(budget) / (1 << 20) : 0, " MiB after ", weight_bytes / (1 << 20),
            " MiB of weights and ", activation_bytes / (1 << 20), " MiB of activations: ", blocks, " blocks of ",
            block_bytes / 1024, " KiB, but one --max-model-len ", config.max_model_len, " sequence needs ",

@@ -42,7 +42,8 @@ void validate_engine_config(const EngineConfig& config, const ModelConfig& model
 void fit_max_model_len(EngineConfig& config, const ModelConfig& model);
 
 // How many KV blocks to make: the override, or what fits in gpu_memory_utilization of
-// `machine_bytes` after the weights and the activations of one full step, for KV rows of
+// `machine_bytes` (the memory this process may use: read_memory_budget().usable(), not
+// the machine's RAM) after the weights and the activations of one full step, for KV rows of
 // `kv_row_bytes` (ErnieModel::kv_row_bytes). Refuses, with the numbers, a pool that
 // cannot hold one max_model_len sequence.
 int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_t weight_bytes, size_t kv_row_bytes,

@@ -39,8 +39,9 @@ KvBlockPool::KvBlockPool(int num_layers, size_t row_bytes, int block_size, int n
   storage_ = static_cast<uint8_t*>(mapping);
   blocks_.resize(static_cast<size_t>(num_blocks));
   block_tokens_.resize(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size));
-  for (BlockId block = 0; block < num_blocks; ++block)
-    blocks_[static_cast<size_t>(block)].free_position = free_queue_.insert(free_queue_.end(), block);
+  // Block 0 on top: a fresh pool touches its pages in order.
+  free_plain_.reserve(static_cast<size_t>(num_blocks));
+  for (BlockId block = num_blocks - 1; block >= 0; --block) free_plain_.push_back(block);
 }
 
 KvBlockPool::~KvBlockPool() { munmap(storage_, storage_bytes_); }
@@ -64,10 +65,17 @@ void KvBlockPool::forget_identity(BlockId block) {
 }
 
 std::optional<BlockId> KvBlockPool::allocate() {
-  if (free_queue_.empty()) return std::nullopt;
-  const BlockId block = free_queue_.front();
-  free_queue_.pop_front();
-  forget_identity(block);  // evicts it from the prefix cache if it was cached
+  BlockId block;
+  if (!free_plain_.empty()) {
+    block = free_plain_.back();
+    free_plain_.pop_back();
+  } else if (!free_queue_.empty()) {
+    block = free_queue_.front();
+    free_queue_.pop_front();
+    forget_identity(block);  // evicts it from the prefix cache
+  } else {
+    return std::nullopt;
+  }
   blocks_[static_cast<size_t>(block)].ref_count = 1;
   return block;
 }
@@ -75,7 +83,9 @@ std::optional<BlockId> KvBlockPool::allocate() {
 void KvBlockPool::release(BlockId block) {
   BlockState& state = blocks_[static_cast<size_t>(block)];
   if (state.ref_count <= 0) fail("KV block ", block, " released more often than acquired");
-  if (--state.ref_count == 0) state.free_position = free_queue_.insert(free_queue_.end(), block);
+  if (--state.ref_count > 0) return;
+  if (state.cached) state.free_position = free_queue_.insert(free_queue_.end(), block);
+  else free_plain_.push_back(block);
 }
 
 std::optional<BlockId> KvBlockPool::acquire_cached(uint64_t hash, std::span<const int32_t> tokens) {

@@ -2,8 +2,11 @@
 // and values of `block_size` consecutive positions for every layer, as rows of
 // `row_bytes` (the model's KV row format). Blocks
 // are reference-counted: a full block may be shared by several requests through the
-// prefix cache. A block whose count drops to zero joins the free queue but keeps its
-// cached identity until it is handed out again, least recently released first (LRU).
+// prefix cache. A block whose count drops to zero keeps its cached identity until it is
+// handed out again. Blocks without an identity are handed out first, most recently
+// released first (LIFO), so a lightly loaded server keeps reusing the same few warm
+// pages instead of touching the whole pool; only then are cached blocks evicted, least
+// recently released first (LRU).
 #pragma once
 
 #include <cstdint>
@@ -37,7 +40,7 @@ class KvBlockPool {
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }
-  int num_free_blocks() const { return static_cast<int>(free_queue_.size()); }
+  int num_free_blocks() const { return static_cast<int>(free_queue_.size() + free_plain_.size()); }
   // Bytes of one block: K and V for every layer and position.
   static uint64_t bytes_per_block(int num_layers, size_t row_bytes, int block_size);
   KvBlockPoolStats stats() const;
@@ -45,10 +48,12 @@ class KvBlockPool {
   void* key(BlockId block, int layer, int offset) { return row(block, layer, offset, 0); }
   void* value(BlockId block, int layer, int offset) { return row(block, layer, offset, 1); }
 
-  // A block with reference count 1 and no cached identity, evicting the least recently
-  // released cached block if it has to; nullopt when every block is referenced.
+  // A block with reference count 1 and no cached identity: the most recently released
+  // block without one, else the least recently released cached block, evicted; nullopt
+  // when every block is referenced.
   std::optional<BlockId> allocate();
-  // Drops one reference; at zero the block joins the free queue's tail.
+  // Drops one reference; at zero a cached block joins the eviction queue's tail, any
+  // other block the top of the plain free stack.
   void release(BlockId block);
 
   // The cached block holding exactly `tokens` under `hash`, with one more reference
@@ -65,7 +70,7 @@ class KvBlockPool {
     int ref_count = 0;
     bool cached = false;
     uint64_t hash = 0;
-    std::list<BlockId>::iterator free_position;  // valid while ref_count == 0
+    std::list<BlockId>::iterator free_position;  // valid while ref_count == 0 and cached
   };
 
   uint8_t* row(BlockId block, int layer, int offset, int kind);
@@ -79,7 +84,8 @@ class KvBlockPool {
   uint8_t* storage_ = nullptr;  // anonymous mapping: pages cost memory only once written
   std::vector<BlockState> blocks_;
   std::vector<int32_t> block_tokens_;  // [num_blocks][block_size], for cached blocks
-  std::list<BlockId> free_queue_;      // front = evicted first
+  std::list<BlockId> free_queue_;      // unreferenced cached blocks; front = evicted first
+  std::vector<BlockId> free_plain_;    // unreferenced blocks without identity; back = next out
   std::unordered_map<uint64_t, BlockId> cached_by_hash_;
 };
 

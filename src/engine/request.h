@@ -26,6 +26,7 @@ struct EngineRequest {
   int64_t prompt_length = 0;
   SamplingParams params;
   int64_t max_total_tokens = 0;  // prompt + max_tokens, capped by max_model_len
+  uint64_t fairness_group = 0;   // GenerateRequest::fairness_group
 
   RequestStatus status = RequestStatus::kWaiting;
   int64_t num_computed_tokens = 0;  // tokens whose keys and values are in the cache

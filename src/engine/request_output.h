@@ -21,6 +21,7 @@ struct RequestOutput {
   std::vector<SampledToken> logprobs;    // one per token when logprobs were requested
   std::optional<FinishReason> finish_reason;
   std::string error;                     // with FinishReason::kError
+  bool server_fault = false;             // the error is the engine's, not the request's
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;             // prompt tokens served by the prefix cache
   int64_t completion_tokens = 0;         // generated so far

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace ernie {
 
@@ -35,35 +36,80 @@ bool Scheduler::admit_under_v0_ratio(const EngineRequest& request) const {
   return prompt_blocks <= static_cast<int>(config_.kv_cache_ratio * cache_.pool().num_blocks());
 }
 
+size_t Scheduler::next_to_admit(const std::unordered_map<uint64_t, int>& running_per_group) const {
+  size_t best = 0;
+  int best_running = std::numeric_limits<int>::max();
+  for (size_t i = 0; i < waiting_.size() && best_running > 0; ++i) {
+    const uint64_t group = waiting_[i]->fairness_group;
+    const auto found = group == 0 ? running_per_group.end() : running_per_group.find(group);
+    const int running = found == running_per_group.end() ? 0 : found->second;
+    if (running < best_running) {
+      best = i;
+      best_running = running;
+    }
+  }
+  return best;
+}
+
 SchedulerStep Scheduler::schedule() {
   SchedulerStep step;
   int64_t budget = config_.max_num_batched_tokens;
+  // While requests wait for a seat, prompt chunks of running requests leave them half
+  // the step: a long prefill then shares every step with newcomers instead of holding
+  // them back until it ends (decode tokens are never held back).
+  const bool seats_free = static_cast<int>(running_.size()) < config_.max_num_seqs;
+  const int64_t reserved = !waiting_.empty() && seats_free && config_.chunked_prefill ? budget / 2 : 0;
 
-  // Running requests first, in admission order.
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
-    EngineRequest* request = running_[i];
-    const int64_t wanted = std::min(request->num_tokens() - request->num_computed_tokens, budget);
-    bool preempted_self = false;
-    while (!cache_.allocate_slots(*request, request->num_computed_tokens + wanted)) {
-      EngineRequest* victim = running_.back();
-      running_.pop_back();
-      preempt(victim);
-      step.preempted.push_back(victim);
-      if (victim == request) {
-        preempted_self = true;
-        break;
+  // Running requests first, in admission order: every decode (one token) before any
+  // prompt chunk, so a long prefill admitted earlier cannot take a whole step from
+  // requests that are already generating.
+  bool preempted_self = false;
+  for (const bool decodes : {true, false}) {
+    for (size_t i = 0; i < running_.size() && budget > 0 && !preempted_self;) {
+      EngineRequest* request = running_[i];
+      const int64_t remaining = request->num_tokens() - request->num_computed_tokens;
+      if ((remaining <= 1) != decodes) {
+        ++i;
+        continue;
       }
+      const int64_t wanted = decodes ? std::min(remaining, budget) : std::min(remaining, budget - reserved);
+      if (wanted <= 0) {
+        ++i;
+        continue;
+      }
+      while (!cache_.allocate_slots(*request, request->num_computed_tokens + wanted)) {
+        EngineRequest* victim = running_.back();
+        running_.pop_back();
+        // A decode scheduled earlier in this step may be the victim: give its tokens back.
+        const auto scheduled = std::find_if(step.chunks.begin(), step.chunks.end(),
+                                            [&](const ScheduledChunk& chunk) { return chunk.request == victim; });
+        if (scheduled != step.chunks.end()) {
+          budget += scheduled->num_tokens;
+          step.chunks.erase(scheduled);
+        }
+        preempt(victim);
+        step.preempted.push_back(victim);
+        if (victim == request) {
+          preempted_self = true;
+          break;
+        }
+      }
+      if (preempted_self) break;
+      step.chunks.push_back({request, request->num_computed_tokens, wanted});
+      budget -= wanted;
+      ++i;
     }
-    if (preempted_self) break;
-    step.chunks.push_back({request, request->num_computed_tokens, wanted});
-    budget -= wanted;
-    ++i;
   }
 
-  // Then waiting requests, in order, unless this step had to preempt.
+  // Then waiting requests, unless this step had to preempt: in arrival order, except
+  // that a request whose group has fewer running members goes first.
+  std::unordered_map<uint64_t, int> running_per_group;
+  for (const EngineRequest* running : running_)
+    if (running->fairness_group != 0) ++running_per_group[running->fairness_group];
   while (step.preempted.empty() && budget > 0 && !waiting_.empty() &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
-    EngineRequest* request = waiting_.front();
+    const size_t index = next_to_admit(running_per_group);
+    EngineRequest* request = waiting_[index];
     if (config_.v0_admission && !admit_under_v0_ratio(*request)) break;
     const int64_t cached = cache_.acquire_cached_prefix(*request);
     if (!request->cached_tokens) request->cached_tokens = cached;
@@ -80,7 +126,8 @@ SchedulerStep Scheduler::schedule() {
       request->num_computed_tokens = 0;
       break;
     }
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(index));
+    if (request->fairness_group != 0) ++running_per_group[request->fairness_group];
     request->status = RequestStatus::kRunning;
     running_.push_back(request);
     step.chunks.push_back({request, cached, wanted});

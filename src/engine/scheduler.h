@@ -1,13 +1,16 @@
 // Decides, every engine step, which requests compute how many tokens. One token budget
 // per step; no prefill or decode phases: each running request first takes what it
 // needs (1 token when decoding, the rest of its prompt chunk when prefilling), then
-// waiting requests are admitted in arrival order with chunks of their prompts. When
+// waiting requests are admitted in arrival order (taking turns between the groups of
+// batched requests) with chunks of their prompts; while some wait, a running prompt's
+// chunk leaves them half of the step. When
 // blocks run out, the most recently admitted running request is preempted: its blocks
 // are freed and it goes back to the front of the queue to be recomputed later.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/kv_cache_manager.h"
@@ -53,6 +56,8 @@ class Scheduler {
  private:
   void preempt(EngineRequest* request);
   bool admit_under_v0_ratio(const EngineRequest& request) const;
+  // The waiting request to admit next: the first whose group has the fewest running.
+  size_t next_to_admit(const std::unordered_map<uint64_t, int>& running_per_group) const;
 
   SchedulerConfig config_;
   KvCacheManager& cache_;

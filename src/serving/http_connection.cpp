@@ -53,7 +53,10 @@ bool is_valid_status(int status) { return status >= 200 && status <= 599; }
 }  // namespace
 
 HttpConnection::HttpConnection(net::ip::tcp::socket socket, std::shared_ptr<HttpServerState> state)
-    : socket_(std::move(socket)), timer_(socket_.get_executor()), state_(std::move(state)) {}
+    : socket_(std::move(socket)),
+      timer_(socket_.get_executor()),
+      write_timer_(socket_.get_executor()),
+      state_(std::move(state)) {}
 
 HttpConnection::~HttpConnection() {
   // Normally closed long before; this covers an io_context destroyed with work pending.
@@ -99,7 +102,10 @@ void HttpConnection::on_read(const error_code& error, size_t bytes) {
     // The client closed, or only half-closed (`nc -N`, some scripts): no way to tell
     // which. A whole response is still sent, in case it is read; a stream counts it as a
     // disconnect (begin_stream), since a stream must notice a vanished client at once.
+    // The handler hears of it (on_disconnect) so it can stop working for a client that
+    // is most likely gone, as uvicorn reports an EOF as a disconnect.
     peer_eof_ = true;
+    if (watch_) watch_->fire();
     return;
   }
   if (error) {
@@ -117,9 +123,9 @@ void HttpConnection::on_read(const error_code& error, size_t bytes) {
   }
   buffer_.commit(net::buffer_copy(buffer_.prepare(bytes), net::buffer(read_chunk_.data(), bytes)));
   if (phase_ == Phase::kReading) {
-    // Once the header is in, the deadline moves with every read, so a large body on a
-    // slow link is fine but a stalled one is not.
-    if (header_checked_) arm_timer(state_->options.read_timeout);
+    // Once the header is in, the idle deadline moves with every read, so a large body on
+    // a slow link is fine but a stalled one is not; the whole body has its own deadline.
+    if (header_checked_) arm_body_timer();
     parse();
   }
   read_more();
@@ -159,7 +165,8 @@ void HttpConnection::parse() {
 
 bool HttpConnection::check_header() {
   header_checked_ = true;
-  arm_timer(state_->options.read_timeout);
+  body_deadline_ = std::chrono::steady_clock::now() + state_->options.request_timeout;
+  arm_body_timer();
   const size_t limit = state_->options.max_body_bytes;
   const auto length = parser_->content_length();
   if (length && *length > limit) {
@@ -203,7 +210,8 @@ void HttpConnection::dispatch() {
   request_in_flight_ = true;
   state_->request_started();
 
-  HttpReplyTarget target{state_->gate, weak_from_this(), request_seq_, version_ >= 11};
+  watch_ = std::make_shared<HttpDisconnectWatch>(state_->gate);
+  HttpReplyTarget target{state_->gate, watch_, weak_from_this(), request_seq_, version_ >= 11};
   auto responder = std::make_shared<HttpResponderImpl>(std::move(target));
   const std::string method = request.method;
   const std::string path = request.path;
@@ -263,6 +271,7 @@ void HttpConnection::deliver_response(uint64_t request_seq, HttpResponse respons
     response.status = 500;
     response.body = http_error_body("internal error: invalid response status", "server_error", 500);
   }
+  retire_watch();
   // A HEAD answer announces the length of the body it leaves out.
   const bool has_body = !http_status_has_no_body(response.status) && !head_request_;
   queue_write(response_head(response.status, response.content_type, false, response.body.size(), response.headers));
@@ -278,6 +287,7 @@ void HttpConnection::begin_stream(const std::shared_ptr<HttpStreamState>& stream
     stream->peer_gone();
     return;
   }
+  retire_watch();  // the stream reports disconnects from here on
   if (peer_eof_) {  // the client is gone (see on_read)
     stream->peer_gone();
     close_now();
@@ -348,6 +358,7 @@ void HttpConnection::send_queued() {
   std::vector<net::const_buffer> buffers;
   buffers.reserve(sending_.size());
   for (const std::string& piece : sending_) buffers.push_back(net::buffer(piece));
+  arm_write_timer();
   net::async_write(socket_, buffers, [self = shared_from_this()](const error_code& error, size_t) {
     self->on_written(error);
   });
@@ -355,6 +366,8 @@ void HttpConnection::send_queued() {
 
 void HttpConnection::on_written(const error_code& error) {
   writing_ = false;
+  ++write_generation_;
+  write_timer_.cancel();
   for (const std::string& piece : sending_) queued_bytes_ -= piece.size();
   sending_.clear();
   if (phase_ == Phase::kClosed) return;
@@ -429,12 +442,15 @@ void HttpConnection::close_now() {
   if (phase_ == Phase::kClosed) return;
   phase_ = Phase::kClosed;
   cancel_timer();
+  ++write_generation_;
+  write_timer_.cancel();
   error_code error;
   socket_.shutdown(net::ip::tcp::socket::shutdown_both, error);
   socket_.close(error);
   queue_.clear();
   end_request();
   if (auto stream = std::exchange(stream_, nullptr)) stream->peer_gone();
+  if (auto watch = std::exchange(watch_, nullptr)) watch->fire();
   state_->remove_connection(this);
 }
 
@@ -448,11 +464,38 @@ void HttpConnection::arm_timer(std::chrono::steady_clock::duration after) {
   timer_.expires_after(after);
   timer_.async_wait([self = shared_from_this(), generation](const error_code& error) {
     if (error || generation != self->timer_generation_) return;
+    if (self->phase_ == Phase::kReading && self->header_checked_ &&
+        std::chrono::steady_clock::now() >= self->body_deadline_) {
+      self->reject(408, "invalid_request_error",
+                   str_cat("the request body did not arrive within ", self->state_->options.request_timeout.count(), " s"));
+      return;
+    }
     if (self->phase_ == Phase::kReading || self->phase_ == Phase::kClosing) {
       if (self->phase_ == Phase::kReading) log_debug("HTTP connection ", self->remote_, " timed out; closing");
       self->close_now();
     }
   });
+}
+
+void HttpConnection::arm_body_timer() {
+  const auto now = std::chrono::steady_clock::now();
+  const auto idle_deadline = now + state_->options.read_timeout;
+  arm_timer(std::min(idle_deadline, body_deadline_) - now);
+}
+
+void HttpConnection::arm_write_timer() {
+  const uint64_t generation = ++write_generation_;
+  write_timer_.expires_after(state_->options.write_timeout);
+  write_timer_.async_wait([self = shared_from_this(), generation](const error_code& error) {
+    if (error || generation != self->write_generation_ || !self->writing_) return;
+    log_warning("HTTP client ", self->remote_, " took no data for ", self->state_->options.write_timeout.count(),
+                " s; closing the connection");
+    self->close_now();
+  });
+}
+
+void HttpConnection::retire_watch() {
+  if (auto watch = std::exchange(watch_, nullptr)) watch->retire();
 }
 
 void HttpConnection::cancel_timer() {

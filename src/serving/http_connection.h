@@ -32,6 +32,7 @@
 namespace ernie {
 
 class HttpStreamState;
+class HttpDisconnectWatch;
 
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
@@ -87,10 +88,16 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   void arm_timer(std::chrono::steady_clock::duration after);
   void cancel_timer();
+  void arm_body_timer();
+  void arm_write_timer();
+  void retire_watch();
 
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer timer_;
   uint64_t timer_generation_ = 0;  // a wait that fires after being replaced is ignored
+  // Bounds each socket write; separate from timer_, which the reading phases own.
+  boost::asio::steady_timer write_timer_;
+  uint64_t write_generation_ = 0;
   const std::shared_ptr<HttpServerState> state_;
   std::string remote_;
   Phase phase_ = Phase::kReading;
@@ -102,6 +109,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   bool header_checked_ = false;
+  std::chrono::steady_clock::time_point body_deadline_;  // set once the header is in
   bool peer_eof_ = false;  // the client sent EOF while its request was being answered
 
   // The current request.
@@ -111,6 +119,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   bool keep_alive_ = true;
   bool head_request_ = false;
   std::shared_ptr<HttpStreamState> stream_;
+  std::shared_ptr<HttpDisconnectWatch> watch_;  // while the handler has the request
 
   // Writing: queue_ waits while sending_ is on the wire.
   std::deque<std::string> queue_;

@@ -19,6 +19,39 @@ void call_disconnect_callback(const std::function<void()>& callback) {
 
 }  // namespace
 
+void HttpDisconnectWatch::watch(std::function<void()> callback) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (retired_) return;
+    if (!fired_) {
+      callback_ = std::move(callback);
+      return;
+    }
+  }
+  // Already gone: tell from an IO thread, never from inside this call (the caller may
+  // hold a lock the callback takes).
+  auto shared = std::make_shared<std::function<void()>>(std::move(callback));
+  if (!gate_->post([shared] { call_disconnect_callback(*shared); })) call_disconnect_callback(*shared);
+}
+
+void HttpDisconnectWatch::fire() {
+  std::function<void()> callback;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (fired_ || retired_) return;
+    fired_ = true;
+    callback = std::move(callback_);
+  }
+  if (callback) call_disconnect_callback(callback);
+}
+
+void HttpDisconnectWatch::retire() {
+  std::function<void()> dropped;  // destroyed outside the lock: it may own anything
+  std::lock_guard<std::mutex> lock(mutex_);
+  retired_ = true;
+  dropped = std::move(callback_);
+}
+
 bool HttpStreamState::write(std::string bytes) {
   bool post = false;
   {

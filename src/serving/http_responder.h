@@ -21,9 +21,28 @@ namespace ernie {
 
 class HttpConnection;
 
+// Tells the handler of one request that its client went away before the answer started
+// (HttpResponder::on_disconnect). Shared by the connection, which fires it, and the
+// responder, which registers the callback.
+class HttpDisconnectWatch {
+ public:
+  explicit HttpDisconnectWatch(std::shared_ptr<HttpPostGate> gate) : gate_(std::move(gate)) {}
+  void watch(std::function<void()> callback);  // any thread
+  void fire();                                  // IO thread; later calls do nothing
+  void retire();  // the answer started: no disconnect is reported through this any more
+
+ private:
+  const std::shared_ptr<HttpPostGate> gate_;
+  std::mutex mutex_;
+  std::function<void()> callback_;
+  bool fired_ = false;
+  bool retired_ = false;
+};
+
 // Where one request's answer goes.
 struct HttpReplyTarget {
   std::shared_ptr<HttpPostGate> gate;
+  std::shared_ptr<HttpDisconnectWatch> watch;
   std::weak_ptr<HttpConnection> connection;
   uint64_t request_seq = 0;
   bool chunked = true;  // false for HTTP/1.0 clients: the stream's end is the connection's
@@ -93,6 +112,7 @@ class HttpResponderImpl final : public HttpResponder {
   void respond(HttpResponse response) override;
   std::shared_ptr<HttpStream> start_stream(int status, std::string content_type,
                                            std::vector<std::pair<std::string, std::string>> headers) override;
+  void on_disconnect(std::function<void()> callback) override { target_.watch->watch(std::move(callback)); }
 
  private:
   void post_response(HttpResponse response);

@@ -65,6 +65,11 @@ class HttpResponder {
   virtual void respond(HttpResponse response) = 0;
   virtual std::shared_ptr<HttpStream> start_stream(int status, std::string content_type,
                                                    std::vector<std::pair<std::string, std::string>> headers = {}) = 0;
+  // Called once, on an IO thread, if the client goes away (closes, resets, or sends
+  // EOF) or the server cuts the connection while the request is being handled, so the
+  // work for it can stop. Registered after that happened, it is still called once,
+  // soon. Once a stream is started, the stream's on_disconnect reports instead.
+  virtual void on_disconnect(std::function<void()> callback) = 0;
 };
 
 // Runs on an IO thread and must not block: anything slow goes to another thread, with
@@ -76,7 +81,13 @@ struct HttpServerOptions {
   int port = 8000;                        // 0 = pick a free port (tests)
   size_t max_body_bytes = 32 << 20;       // larger: 413 with an OpenAI-style JSON error, body not read
   int io_threads = 1;
-  std::chrono::seconds read_timeout{60};  // idle keep-alive connection / slow request: closed
+  std::chrono::seconds read_timeout{60};  // idle keep-alive connection / no byte of a request for this long: closed
+  // From a request's first byte to its last: a client that trickles its request byte by
+  // byte is cut off here even though each read comes within read_timeout.
+  std::chrono::seconds request_timeout{300};
+  // A response (or stream) the client stops reading: closed when a write makes no
+  // progress for this long.
+  std::chrono::seconds write_timeout{60};
 };
 
 class HttpServer {

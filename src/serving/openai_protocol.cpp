@@ -1,6 +1,8 @@
 #include "serving/openai_protocol.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string_view>
 
 namespace ernie {
 namespace {
@@ -71,6 +73,9 @@ void parse_prompt(const json& body, OpenAiRequest& request) {
       else if (item.is_array()) request.prompt_ids.push_back(token_list(item, "prompt"));
       else invalid_field("prompt", "\"prompt\" list entries must be strings or lists of token ids, got " + item.dump());
     }
+    if (prompt.size() > kMaxPromptsPerRequest)
+      invalid_field("prompt", "\"prompt\" holds " + std::to_string(prompt.size()) + " prompts; the limit is " +
+                                  std::to_string(kMaxPromptsPerRequest) + " per request");
     if (!request.prompt_texts.empty() && !request.prompt_ids.empty())
       invalid_field("prompt", "\"prompt\" must not mix strings and token id lists");
   } else {
@@ -221,6 +226,51 @@ void parse_logprobs(const json& body, OpenAiRequest& request) {
   if (request.logprobs) request.params.logprobs = request.top_logprobs;
 }
 
+// nlohmann's messages start with its internal exception name ("[json.exception.
+// parse_error.101] "), which means nothing to a client.
+std::string readable_json_error(const json::exception& error) {
+  std::string_view message = error.what();
+  if (message.substr(0, 1) == "[") {
+    const size_t end = message.find("] ");
+    if (end != std::string_view::npos) message.remove_prefix(end + 2);
+  }
+  return std::string(message);
+}
+
+// The client's label for its request: shown in logs and in the response id, so it must
+// be printable and short.
+void parse_request_id(const json& value, OpenAiRequest& request) {
+  if (!value.is_string()) invalid_field("request_id", "\"request_id\" must be a string");
+  const std::string& id = value.get_ref<const std::string&>();
+  if (id.empty() || id.size() > kMaxRequestIdBytes)
+    invalid_field("request_id", "\"request_id\" must hold 1 to " + std::to_string(kMaxRequestIdBytes) + " bytes, got " +
+                                    std::to_string(id.size()));
+  for (const char c : id) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f)
+      invalid_field("request_id", "\"request_id\" must not contain control characters");
+  }
+  request.request_id = id;
+}
+
+// Fields that constrain what the model may write. Answering without the constraint
+// would return text the client believes was forced into shape, so they are refused
+// until structured output exists.
+void refuse_constrained_decoding(const json& body) {
+  static constexpr const char* kConstraintFields[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                                                      "guided_json_object", "structural_tag"};
+  for (const char* field : kConstraintFields)
+    if (present(body, field))
+      invalid_field(field, std::string("\"") + field + "\" is not supported yet: ernie.cpp has no constrained decoding");
+  if (present(body, "response_format")) {
+    const json& format = body.at("response_format");
+    const bool plain_text = format.is_object() && format.contains("type") && format.at("type") == "text";
+    if (!plain_text)
+      invalid_field("response_format", "\"response_format\" other than {\"type\": \"text\"} is not supported yet: "
+                                       "ernie.cpp has no constrained decoding");
+  }
+}
+
 }  // namespace
 
 void invalid_field(const std::string& param, const std::string& message) {
@@ -236,12 +286,37 @@ std::string error_body(const ApiError& error) {
   return dump_json(body);
 }
 
+size_t json_nesting_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 OpenAiRequest parse_openai_request(ApiKind kind, const std::string& body_text, const RequestDefaults& defaults) {
+  // Checked before parsing: the JSON library recurses once per level when it copies,
+  // compares or prints a value, so an absurdly deep body would exhaust the stack.
+  if (const size_t depth = json_nesting_depth(body_text); depth > kMaxJsonDepth)
+    throw ApiException{{400, "the request body nests JSON " + std::to_string(depth) + " levels deep; the limit is " +
+                                 std::to_string(kMaxJsonDepth),
+                        "invalid_request_error", ""}};
   json body;
   try {
     body = json::parse(body_text);
   } catch (const json::exception& error) {
-    throw ApiException{{400, std::string("the request body is not valid JSON: ") + error.what(), "invalid_request_error", ""}};
+    throw ApiException{{400, "the request body is not valid JSON: " + readable_json_error(error), "invalid_request_error", ""}};
   }
   if (!body.is_object()) throw ApiException{{400, "the request body must be a JSON object", "invalid_request_error", ""}};
   OpenAiRequest request;
@@ -250,10 +325,8 @@ OpenAiRequest parse_openai_request(ApiKind kind, const std::string& body_text, c
     if (!body.at("model").is_string()) invalid_field("model", "\"model\" must be a string");
     request.model = body.at("model").get<std::string>();
   }
-  if (present(body, "request_id")) {
-    if (!body.at("request_id").is_string()) invalid_field("request_id", "\"request_id\" must be a string");
-    request.request_id = body.at("request_id").get<std::string>();
-  }
+  if (present(body, "request_id")) parse_request_id(body.at("request_id"), request);
+  refuse_constrained_decoding(body);
   request.stream = bool_field(body, "stream", false);
   if (present(body, "stream_options")) {
     const json& options = body.at("stream_options");

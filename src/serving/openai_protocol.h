@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +31,16 @@ struct ApiException {
 std::string error_body(const ApiError& error);
 
 enum class ApiKind { kChat, kCompletion };
+
+// Limits on what one request body may hold; beyond them the answer is a 400 naming the
+// limit. No real request comes near them.
+inline constexpr size_t kMaxJsonDepth = 64;            // nesting of arrays and objects
+inline constexpr size_t kMaxPromptsPerRequest = 128;   // completions: prompts in one batch
+inline constexpr size_t kMaxRequestIdBytes = 256;      // the client's request_id
+
+// The deepest nesting of arrays and objects in JSON text (strings skipped; not a
+// validator: malformed text gives some number and fails to parse later).
+size_t json_nesting_depth(std::string_view text);
 
 // Defaults applied when a field is absent (FastDeploy: top_p 0.7, temperature 1.0, each
 // overridden by generation_config.json).

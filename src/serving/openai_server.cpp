@@ -1,7 +1,9 @@
 #include "serving/openai_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <random>
 
 #include "util/error.h"
 #include "util/log.h"
@@ -16,6 +18,25 @@ double seconds_since(Clock::time_point start) {
 }
 
 const char* reason_text(FinishReason reason) { return finish_reason_name(reason); }
+
+// `bytes` random bytes as hex, from the operating system's generator: ids a client can
+// see or guess must not be predictable.
+std::string random_hex(size_t bytes) {
+  static std::mutex mutex;
+  static std::random_device device;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes * 2);
+  std::lock_guard<std::mutex> lock(mutex);
+  for (size_t i = 0; i < bytes; i += 4) {
+    uint32_t word = device();
+    for (size_t k = 0; k < 4 && i + k < bytes; ++k, word >>= 8) {
+      out += kHex[(word >> 4) & 15];
+      out += kHex[word & 15];
+    }
+  }
+  return out;
+}
 
 // Special-token strings the chat templates use (bos_token, cls_token, ...).
 std::map<std::string, std::string> special_token_strings(const Tokenizer& tokenizer) {
@@ -63,9 +84,10 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     std::vector<ordered_json> pending;
   };
 
-  ResponseAssembler(OpenAiService& service, OpenAiRequest request, std::string id, std::string model_name,
-                    std::shared_ptr<HttpResponder> responder, Clock::time_point arrival)
-      : service_(service),
+  ResponseAssembler(std::shared_ptr<OpenAiService> service, OpenAiRequest request, std::string id,
+                    std::string model_name, std::shared_ptr<HttpResponder> responder, Clock::time_point arrival)
+      : owner_(std::move(service)),
+        service_(*owner_),
         request_(std::move(request)),
         id_(std::move(id)),
         model_name_(std::move(model_name)),
@@ -74,10 +96,16 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
         created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
 
   std::vector<Choice>& choices() { return choices_; }
+  const std::string& id() const { return id_; }
 
   // Sends the response head (streaming) and submits every choice to the engine.
   void start() {
     auto self = shared_from_this();
+    // A client that leaves stops its work, streamed or not. Weak: the engine's sinks
+    // are what keep an assembler alive, not the connection.
+    responder_->on_disconnect([weak = weak_from_this()] {
+      if (auto alive = weak.lock()) alive->on_disconnect();
+    });
     if (request_.stream) {
       stream_ = responder_->start_stream(200, "text/event-stream");
       stream_->on_disconnect([self] { self->on_disconnect(); });
@@ -94,11 +122,13 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       if (!first.empty()) write_chunk(first);
     }
     submitted_ = Clock::now();
+    const uint64_t group = choices_.size() > 1 ? service_.next_serial_.fetch_add(1) : 0;
     for (size_t i = 0; i < choices_.size(); ++i) {
       GenerateRequest engine_request;
       engine_request.id = choices_[i].engine_id;
       engine_request.prompt = choices_[i].prompt_ids;
       engine_request.params = request_.params;
+      engine_request.fairness_group = group;
       if (choices_[i].parser) engine_request.visible_special_tokens = service_.markers_.all_ids();
       try {
         service_.engine_.submit(std::move(engine_request), [self, i](RequestOutput output) { self->on_output(i, std::move(output)); });
@@ -117,8 +147,16 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       std::lock_guard<std::mutex> lock(mutex_);
       disconnected_ = true;
     }
+    abort_all();
+  }
+
+ public:
+  // Ends every choice with "abort" (the engine answers through on_output as usual).
+  void abort_all() {
     for (const Choice& choice : choices_) service_.engine_.abort(choice.engine_id);
   }
+
+ private:
 
   void write_chunk(const std::vector<ordered_json>& entries) {
     ordered_json chunk = {{"id", id_},
@@ -199,6 +237,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     Choice& choice = choices_[index];
     if (output.finish_reason == FinishReason::kError) {
       error_ = output.error;
+      server_fault_ = server_fault_ || output.server_fault;
       choice.finish_reason = FinishReason::kError;
     } else {
       if (!output.token_ids.empty() && !first_token_) first_token_ = Clock::now();
@@ -266,7 +305,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     if (request_.stream) {
       if (!disconnected_) {
         if (failed) {
-          stream_->write("data: " + error_body({400, error_, "invalid_request_error", ""}) + "\n\n");
+          stream_->write("data: " + error_body(failure()) + "\n\n");
         } else if (request_.include_usage) {
           ordered_json chunk = {{"id", id_},
                                 {"object", request_.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
@@ -280,11 +319,17 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       }
       stream_->close();
     } else if (failed) {
-      responder_->respond(json_error_response({400, error_, "invalid_request_error", ""}));
+      responder_->respond(json_error_response(failure()));
     } else {
       responder_->respond(final_body(totals));
     }
     record(totals, failed);
+  }
+
+  // An engine fault is the server's (500); anything else the request's (400).
+  ApiError failure() const {
+    if (server_fault_) return {500, error_, "server_error", ""};
+    return {400, error_, "invalid_request_error", ""};
   }
 
   HttpResponse final_body(const Usage& totals) const {
@@ -347,9 +392,15 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
              " cached_tokens=", totals.cached_tokens, " completion_tokens=", totals.completion_tokens,
              " ttft=", figures.ttft_seconds, "s total=", figures.e2e_seconds, "s finish=", reasons,
              disconnected_ ? " (client disconnected)" : "", failed ? " error: " + error_ : "");
-    service_.in_flight_.fetch_sub(1);
+    service_.forget(*this);
   }
 
+ public:
+  const std::string& client_request_id() const { return request_.request_id; }
+  size_t num_choices() const { return choices_.size(); }
+
+ private:
+  const std::shared_ptr<OpenAiService> owner_;
   OpenAiService& service_;
   OpenAiRequest request_;
   std::string id_;
@@ -364,6 +415,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
   std::mutex mutex_;
   bool disconnected_ = false;
   std::string error_;
+  bool server_fault_ = false;
 };
 
 OpenAiService::OpenAiService(const ServeConfig& config, EngineClient& engine, const Tokenizer& tokenizer,
@@ -380,6 +432,15 @@ OpenAiService::OpenAiService(const ServeConfig& config, EngineClient& engine, co
   if (!source.empty()) chat_template_ = std::make_unique<ChatTemplate>(source, special_token_strings(tokenizer));
   else log_warning("the model has no chat template: /v1/chat/completions needs --chat-template or disable_chat_template");
   eos_token_ids_ = end_token_ids(generation, model);
+  // No token is longer than the longest piece, so a text of more than this many bytes
+  // holds more than max_model_len tokens (twice over, for tokenizers that fold a run of
+  // unknown characters into one token) and is refused before any tokenizing.
+  size_t longest_token = 4;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
+    longest_token = std::max(longest_token, tokenizer.token_bytes(id, false).size());
+  max_prompt_bytes_ = 2 * longest_token * static_cast<size_t>(config.engine.max_model_len);
+  // Two workers: one slow chat template cannot hold up every other request.
+  workers_ = std::make_unique<WorkerPool>(2, 4096);
   if (config_.reasoning_parser != ReasoningParser::kNone || config_.tool_call_parser != ToolCallParser::kNone) {
     markers_ = resolve_marker_tokens(tokenizer, config_.reasoning_parser, config_.tool_call_parser);
     std::string listed;
@@ -456,12 +517,76 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
     responder->respond(json_error_response({405, "use POST for " + path, "invalid_request_error", ""}));
     return;
   }
-  handle_generation(path == "/v1/chat/completions" ? ApiKind::kChat : ApiKind::kCompletion, request, std::move(responder));
+  const ApiKind kind = path == "/v1/chat/completions" ? ApiKind::kChat : ApiKind::kCompletion;
+  const Clock::time_point arrival = Clock::now();
+  std::function<void()> task = [self = shared_from_this(), kind, request = std::move(request), responder, arrival] {
+    self->handle_generation(kind, request, responder, arrival);
+  };
+  if (!workers_ || !workers_->try_post(task))
+    responder->respond(json_error_response({503, "the server is overloaded or shutting down; retry later", "server_error", ""}));
+}
+
+void OpenAiService::check_prompt_bytes(const std::string& text, const char* field) const {
+  if (text.size() <= max_prompt_bytes_) return;
+  invalid_field(field, "the prompt has " + std::to_string(text.size()) + " bytes; no prompt of more than " +
+                           std::to_string(max_prompt_bytes_) + " bytes fits --max-model-len " +
+                           std::to_string(config_.engine.max_model_len) + " tokens");
+}
+
+void OpenAiService::admit(const std::shared_ptr<ResponseAssembler>& assembler) {
+  const int prompts = static_cast<int>(assembler->num_choices());
+  const std::string& client_id = assembler->client_request_id();
+  std::lock_guard<std::mutex> lock(live_mutex_);
+  if (shutting_down_) throw ApiException{{503, "the server is shutting down", "server_error", ""}};
+  // Each prompt of a batch counts: a batch is as much work as that many requests.
+  if (in_flight_.load() + prompts > config_.max_concurrency)
+    throw ApiException{{429, "Too many requests, current max concurrency is " + std::to_string(config_.max_concurrency) +
+                                 (prompts > 1 ? " (this request holds " + std::to_string(prompts) + " prompts)" : ""),
+                        "rate_limit_error", ""}};
+  if (!client_id.empty() && !client_ids_.insert(client_id).second)
+    invalid_field("request_id", "request_id \"" + client_id + "\" is already in flight");
+  in_flight_.fetch_add(prompts);
+  live_.emplace(assembler.get(), assembler);
+}
+
+void OpenAiService::forget(const ResponseAssembler& assembler) {
+  {
+    std::lock_guard<std::mutex> lock(live_mutex_);
+    if (live_.erase(&assembler) == 0) return;
+    if (!assembler.client_request_id().empty()) client_ids_.erase(assembler.client_request_id());
+    in_flight_.fetch_sub(static_cast<int>(assembler.num_choices()));
+  }
+  live_changed_.notify_all();
+}
+
+std::vector<std::string> OpenAiService::shutdown(std::chrono::milliseconds wait) {
+  {
+    std::lock_guard<std::mutex> lock(live_mutex_);
+    shutting_down_ = true;
+  }
+  workers_.reset();  // requests still queued are answered 503 by their responders' drop
+  std::vector<std::shared_ptr<ResponseAssembler>> running;
+  {
+    std::lock_guard<std::mutex> lock(live_mutex_);
+    for (const auto& [key, weak] : live_)
+      if (auto alive = weak.lock()) running.push_back(std::move(alive));
+  }
+  std::vector<std::string> cut_off;
+  for (const auto& assembler : running) {
+    cut_off.push_back(assembler->id());
+    assembler->abort_all();
+  }
+  running.clear();
+  std::unique_lock<std::mutex> lock(live_mutex_);
+  if (!live_changed_.wait_for(lock, wait, [&] { return live_.empty(); }))
+    log_warning(live_.size(), " request(s) did not finish within ", wait.count(), " ms of being aborted");
+  return cut_off;
 }
 
 std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest& request, std::string& rendered) const {
   if (request.kind == ApiKind::kCompletion) {
     std::vector<std::vector<int32_t>> prompts = request.prompt_ids;
+    for (const std::string& text : request.prompt_texts) check_prompt_bytes(text, "prompt");
     for (const std::string& text : request.prompt_texts) prompts.push_back(tokenizer_.encode(text));
     return prompts;
   }
@@ -470,6 +595,7 @@ std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest
     const ordered_json& content = request.messages.at(0).contains("content") ? request.messages.at(0).at("content") : ordered_json();
     if (!content.is_string()) invalid_field("messages", "with disable_chat_template, messages[0].content must be the prompt string");
     rendered = content.get<std::string>();
+    check_prompt_bytes(rendered, "messages");
     return {tokenizer_.encode(rendered)};
   }
   ChatTemplateInputs inputs;
@@ -495,6 +621,7 @@ std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest
     invalid_field(request.chat_template.empty() ? "messages" : "chat_template",
                   std::string("the chat template could not be rendered: ") + error.what());
   }
+  check_prompt_bytes(rendered, "messages");
   return {tokenizer_.encode(rendered)};
 }
 
@@ -527,16 +654,9 @@ void OpenAiService::finalize_params(OpenAiRequest& request, size_t prompt_length
   }
 }
 
-void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std::shared_ptr<HttpResponder> responder) {
-  const Clock::time_point arrival = Clock::now();
+void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std::shared_ptr<HttpResponder> responder,
+                                      Clock::time_point arrival) {
   metrics_.request_received();
-  if (in_flight_.fetch_add(1) >= config_.max_concurrency) {
-    in_flight_.fetch_sub(1);
-    responder->respond(json_error_response({429, "Too many requests, current max concurrency is " +
-                                                     std::to_string(config_.max_concurrency),
-                                            "rate_limit_error", ""}));
-    return;
-  }
   try {
     OpenAiRequest request = parse_openai_request(kind, http.body, defaults_);
     if (!request.model.empty() && request.model != config_.model_name && request.model != "default" &&
@@ -545,18 +665,29 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
                                    config_.model_name + "`", "invalid_request_error", "model"}};
     std::string rendered;
     std::vector<std::vector<int32_t>> prompts = prompts_for(request, rendered);
+    const int32_t vocab = model_.vocab_size;
+    for (const auto& prompt : prompts)
+      for (const int32_t id : prompt)
+        if (id >= vocab)
+          invalid_field(kind == ApiKind::kChat ? "prompt_token_ids" : "prompt",
+                        "token id " + std::to_string(id) + " is outside the vocabulary 0.." + std::to_string(vocab - 1));
     size_t longest = 0;
     for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
     for (const auto& prompt : prompts)
       if (prompt.empty()) finalize_params(request, 0);  // reports the empty prompt
     finalize_params(request, longest);
+    // The response id is the client's request_id (prefixed as FastDeploy does) or a
+    // random one; engine ids are always our own and random, so no client can name, and
+    // abort, another client's request.
     const std::string prefix = kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-";
-    const std::string id = request.request_id.empty() ? prefix + std::to_string(created_) + "-" + std::to_string(next_id_.fetch_add(1))
-                                                      : request.request_id;
-    auto assembler = std::make_shared<ResponseAssembler>(*this, request, id, config_.model_name, responder, arrival);
+    const std::string id = request.request_id.empty()                  ? prefix + random_hex(16)
+                           : request.request_id.rfind(prefix, 0) == 0 ? request.request_id
+                                                                       : prefix + request.request_id;
+    auto assembler = std::make_shared<ResponseAssembler>(shared_from_this(), request, id, config_.model_name, responder, arrival);
+    const std::string engine_id = random_hex(16);
     for (size_t i = 0; i < prompts.size(); ++i) {
       ResponseAssembler::Choice choice;
-      choice.engine_id = prompts.size() == 1 ? id : id + "-" + std::to_string(i);
+      choice.engine_id = engine_id + "-" + std::to_string(i);
       choice.prompt_ids = prompts[i];
       if (request.echo) choice.prompt_text = i < request.prompt_texts.size() ? request.prompt_texts[i] : tokenizer_.decode(prompts[i]);
       const bool parse_tool_calls = config_.tool_call_parser != ToolCallParser::kNone && !request.tools.is_null() && !request.tool_choice_none;
@@ -567,13 +698,12 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
       }
       assembler->choices().push_back(std::move(choice));
     }
+    admit(assembler);
     assembler->start();
   } catch (const ApiException& exception) {
-    in_flight_.fetch_sub(1);
     log_info("request rejected (", exception.error.status, "): ", exception.error.message);
     responder->respond(json_error_response(exception.error));
   } catch (const std::exception& exception) {
-    in_flight_.fetch_sub(1);
     log_warning("request failed: ", exception.what());
     responder->respond(json_error_response({500, "internal error", "server_error", ""}));
   }

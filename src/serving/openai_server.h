@@ -1,13 +1,19 @@
 // The OpenAI-compatible routes on top of the engine: /v1/chat/completions,
-// /v1/completions, /v1/models, /health, /ping, /metrics. Requests are parsed and
-// templated on an IO thread, submitted to the EngineClient, and answered from the engine
-// thread's outputs (a JSON body at the end, or SSE chunks as tokens arrive). Nothing
-// here blocks an IO thread.
+// /v1/completions, /v1/models, /health, /ping, /metrics. Generation requests are parsed,
+// templated and tokenized on a small worker pool (never on an IO thread, so /health
+// answers at once whatever a request asks for), submitted to the EngineClient, and
+// answered from the engine thread's outputs (a JSON body at the end, or SSE chunks as
+// tokens arrive).
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 
 #include "engine/engine_client.h"
 #include "model/generation_config.h"
@@ -18,8 +24,11 @@
 #include "serving/serve_config.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
+#include "util/worker_pool.h"
 
 namespace ernie {
+
+class ResponseAssembler;
 
 class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
  public:
@@ -32,12 +41,25 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   // The metrics port serves only /metrics.
   void handle_metrics_port(HttpRequest request, std::shared_ptr<HttpResponder> responder);
 
+  // Prompts being generated (each prompt of a batch counts).
   int in_flight() const { return in_flight_.load(); }
   ServingMetrics& metrics() { return metrics_; }
 
+  // After the HTTP server stopped: no more requests start, everything still running is
+  // aborted, and this waits (up to `wait`) until those requests have finished. Returns
+  // the response ids that were cut off. Engine callbacks stay safe afterwards: each
+  // request keeps the service alive until its last output.
+  std::vector<std::string> shutdown(std::chrono::milliseconds wait);
+
  private:
   friend class ResponseAssembler;
-  void handle_generation(ApiKind kind, const HttpRequest& request, std::shared_ptr<HttpResponder> responder);
+  void handle_generation(ApiKind kind, const HttpRequest& request, std::shared_ptr<HttpResponder> responder,
+                         std::chrono::steady_clock::time_point arrival);
+  // Registers a request about to start; throws ApiException (429 over --max-concurrency,
+  // 400 for a client request_id already in flight).
+  void admit(const std::shared_ptr<ResponseAssembler>& assembler);
+  void forget(const ResponseAssembler& assembler);  // its final output went out
+  void check_prompt_bytes(const std::string& text, const char* field) const;
   std::vector<std::vector<int32_t>> prompts_for(const OpenAiRequest& request, std::string& rendered_prompt) const;
   void finalize_params(OpenAiRequest& request, size_t prompt_length) const;
   bool authorized(const HttpRequest& request) const;
@@ -53,9 +75,18 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   ServingMetrics metrics_;
   MarkerTokens markers_;
   std::vector<int32_t> eos_token_ids_;
+  size_t max_prompt_bytes_ = 0;  // longer text cannot fit --max-model-len tokens
   std::atomic<int> in_flight_{0};
-  std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> next_serial_{1};  // fairness groups
   int64_t created_;
+
+  mutable std::mutex live_mutex_;
+  std::condition_variable live_changed_;
+  std::map<const ResponseAssembler*, std::weak_ptr<ResponseAssembler>> live_;
+  std::unordered_set<std::string> client_ids_;  // client request_ids in flight
+  bool shutting_down_ = false;
+  // Declared last: destroyed (its threads joined) before anything they use.
+  std::unique_ptr<WorkerPool> workers_;
 };
 
 HttpResponse json_error_response(const ApiError& error);

@@ -240,6 +240,10 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   if (concurrency < 1 || concurrency > 1000000) fail("--max-concurrency must be at least 1, got ", concurrency);
   config.max_concurrency = static_cast<int>(concurrency);
   config.api_keys = args.get_all("api-key");
+  // An empty key would be matched by "Authorization: Bearer " with nothing after it:
+  // almost certainly an unset shell variable, and no protection at all.
+  for (const std::string& key : config.api_keys)
+    if (key.empty()) fail("--api-key must not be empty (an unset variable?); give the key, or leave the flag out to serve without one");
   if (config.api_keys.empty()) {
     std::stringstream keys(env_or("FD_API_KEY", ""));
     for (std::string key; std::getline(keys, key, ',');)

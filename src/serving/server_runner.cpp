@@ -50,6 +50,14 @@ int serve_until_signalled(const ServeConfig& config, const sigset_t& shutdown_si
   const auto grace = std::chrono::seconds(config.graceful_shutdown_seconds);
   server.stop(std::chrono::duration_cast<std::chrono::milliseconds>(grace));
   if (metrics_server) metrics_server->stop(std::chrono::milliseconds(0));
+  // The engine may still be generating for requests past the grace period: abort them
+  // and wait for their last outputs, so nothing calls into a service being torn down.
+  const std::vector<std::string> cut_off = service->shutdown(std::chrono::seconds(10));
+  if (!cut_off.empty()) {
+    std::string ids;
+    for (const std::string& id : cut_off) ids += (ids.empty() ? "" : ", ") + id;
+    log_warning("shutdown cut off ", cut_off.size(), " request(s) still running after the grace period: ", ids);
+  }
   log_info("server stopped");
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "util/log.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +25,34 @@ const char* level_name(LogLevel level) {
   return "?";
 }
 
+// One message is one line: control characters are written as escapes, so text that
+// came from a client (a request id, a prompt) can never forge or split log lines.
+std::string one_line(const std::string& message) {
+  const bool clean = std::none_of(message.begin(), message.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return (byte < 0x20 && byte != '\t') || byte == 0x7f;
+  });
+  if (clean) return message;
+  std::string out;
+  out.reserve(message.size() + 16);
+  for (char c : message) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if ((byte < 0x20 && c != '\t') || byte == 0x7f) {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void set_log_level(LogLevel level) { g_level.store(level); }
@@ -42,7 +71,8 @@ void add_log_file(const std::string& path) {
 }
 LogLevel log_level() { return g_level.load(); }
 
-void log_line(LogLevel level, const std::string& message) {
+void log_line(LogLevel level, const std::string& raw_message) {
+  const std::string message = one_line(raw_message);
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
   const int millis = static_cast<int>(

@@ -48,6 +48,7 @@ export async function startServer(extraArgs = [], env = {}, launch = {}) {
   const exited = new Promise((resolve) => child.once('exit', (code) => resolve(code)));
   return {
     port,
+    pid: child.pid,
     baseURL: `http://127.0.0.1:${port}`,
     output: () => output,
     async stop(signal = 'SIGTERM') {

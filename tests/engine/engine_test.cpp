@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "model/ernie_model.h"
@@ -259,6 +260,55 @@ TEST_F(EngineTest, EndTokenStopsUnlessIgnored) {
   EXPECT_EQ(result.tokens, std::vector<int32_t>{2});
   EXPECT_EQ(result.final_output.finish_reason, FinishReason::kStop);
   EXPECT_EQ(result.text, "");
+}
+
+// A long prompt's prefill must not hold back a request that arrives while it runs: the
+// newcomer gets half of every step until it is seated (issue 12: a 32,000-token
+// prefill delayed a 4-token request by 13 s).
+TEST_F(EngineTest, AShortRequestIsServedDuringALongPrefill) {
+  EngineConfig config = small_config();
+  config.max_num_batched_tokens = 32;
+  auto engine = make_engine(config, 64);
+  engine->add_request(greedy("long", prompt(1, 480), 4));
+  engine->step();
+  engine->add_request(greedy("short", prompt(2, 4), 2));
+  int steps = 0;
+  bool long_done = false, short_done = false;
+  while (!short_done && steps < 100) {
+    ++steps;
+    for (const RequestOutput& output : engine->step()) {
+      if (output.finished() && output.request_id == "short") short_done = true;
+      if (output.finished() && output.request_id == "long") long_done = true;
+    }
+  }
+  EXPECT_TRUE(short_done);
+  EXPECT_FALSE(long_done) << "the short request waited for the whole prefill";
+  EXPECT_LE(steps, 3) << "one step to prefill and sample, one more to finish";
+  run(*engine, {});
+  expect_all_blocks_free(*engine);
+}
+
+// The prompts of one batched request share a fairness group: a request from someone
+// else is seated before the batch's later prompts, not after all of them.
+TEST_F(EngineTest, ALoneRequestIsNotStarvedByABatch) {
+  EngineConfig config = small_config();
+  config.max_num_seqs = 2;
+  auto engine = make_engine(config, 64);
+  for (int i = 0; i < 12; ++i) {
+    GenerateRequest request = greedy("batch-" + std::to_string(i), prompt(10 + i, 6), 3);
+    request.fairness_group = 42;
+    engine->add_request(std::move(request));
+  }
+  engine->step();
+  engine->add_request(greedy("lone", prompt(3, 6), 3));
+  std::vector<std::string> finish_order;
+  for (int steps = 0; engine->has_work() && steps < 1000; ++steps)
+    for (const RequestOutput& output : engine->step())
+      if (output.finished()) finish_order.push_back(output.request_id);
+  const auto lone = std::find(finish_order.begin(), finish_order.end(), "lone");
+  ASSERT_NE(lone, finish_order.end());
+  EXPECT_LE(lone - finish_order.begin(), 3) << "the lone request was seated behind most of the batch";
+  expect_all_blocks_free(*engine);
 }
 
 TEST_F(EngineTest, AbortFreesTheRequest) {

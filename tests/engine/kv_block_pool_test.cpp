@@ -76,3 +76,43 @@ TEST(KvBlockPoolTest, CachedBlocksAreFoundByHashAndTokensAndEvictedLeastRecently
 
 }  // namespace
 }  // namespace ernie
+
+namespace ernie {
+namespace {
+
+// A lightly loaded server must keep reusing the same few blocks (their pages are
+// already resident) instead of walking through the whole pool, which would make the
+// process grow to the pool's full size.
+TEST(KvBlockPoolTest, PlainBlocksAreReusedMostRecentlyReleasedFirst) {
+  KvBlockPool pool(1, 4, 2, 100);
+  EXPECT_EQ(*pool.allocate(), 0) << "a fresh pool hands out its blocks in order";
+  for (int round = 0; round < 50; ++round) {
+    const BlockId a = *pool.allocate(), b = *pool.allocate();
+    EXPECT_LT(a, 3);
+    EXPECT_LT(b, 3);
+    pool.release(b);
+    pool.release(a);
+    EXPECT_EQ(*pool.allocate(), a) << "the block released last comes back first";
+    pool.release(a);
+  }
+  EXPECT_EQ(pool.num_free_blocks(), 99);
+}
+
+TEST(KvBlockPoolTest, CachedBlocksAreEvictedOnlyWhenNoPlainBlockIsLeft) {
+  KvBlockPool pool(1, 4, 2, 2);
+  const std::vector<int32_t> tokens = {7, 8};
+  const uint64_t hash = chain_block_hash(kRootBlockHash, tokens);
+  const BlockId cached = *pool.allocate();
+  pool.register_cached(cached, hash, tokens);
+  const BlockId plain = *pool.allocate();
+  pool.release(cached);
+  pool.release(plain);
+  EXPECT_EQ(*pool.allocate(), plain) << "the cached prefix survives while a plain block is free";
+  EXPECT_EQ(pool.acquire_cached(hash, tokens), cached);
+  pool.release(cached);
+  EXPECT_EQ(*pool.allocate(), cached) << "evicted once nothing else is free";
+  EXPECT_FALSE(pool.acquire_cached(hash, tokens).has_value());
+}
+
+}  // namespace
+}  // namespace ernie

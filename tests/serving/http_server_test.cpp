@@ -607,6 +607,89 @@ TEST_F(HttpServerTest, IdleConnectionTimesOut) {
   EXPECT_TRUE(wait_until([&] { return server_->open_connections() == 0; }));
 }
 
+// Issue 12: a body trickled a byte at a time, each within the idle timeout, kept its
+// connection forever. The whole body now has a deadline of its own.
+TEST_F(HttpServerTest, ATrickledBodyMeetsTheRequestDeadline) {
+  handler_ = echo;
+  HttpServerOptions options;
+  options.read_timeout = 2s;
+  options.request_timeout = 1s;
+  start(options);
+  TestClient client(port());
+  ASSERT_TRUE(client.send("POST /slow HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n"));
+  const auto begin = Clock::now();
+  // Writing from this thread while the server answers: the read below follows.
+  for (int i = 0; i < 15 && client.send("x"); ++i) std::this_thread::sleep_for(100ms);
+  const auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->head.status, 408);
+  EXPECT_LT(Clock::now() - begin, 2500ms);
+  EXPECT_TRUE(wait_until([&] { return server_->open_connections() == 0; }));
+}
+
+// A client that never reads its (large) response cannot hold the connection forever.
+TEST_F(HttpServerTest, AResponseTheClientDoesNotReadIsCutOffByTheWriteTimeout) {
+  handler_ = [](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+    responder->respond({200, "text/plain", std::string(64 << 20, 'x'), {}});
+  };
+  HttpServerOptions options;
+  options.write_timeout = 1s;
+  start(options);
+  TestClient client(port());
+  ASSERT_TRUE(client.send(get("/big")));  // and never reads
+  ASSERT_TRUE(wait_until([&] { return server_->in_flight_requests() == 1; }));
+  const auto begin = Clock::now();
+  EXPECT_TRUE(wait_until([&] { return server_->open_connections() == 0; }, 10s));
+  EXPECT_GE(Clock::now() - begin, 500ms) << "closed by the write timeout, not at once";
+}
+
+// The handler of a whole (non-streamed) response hears when its client leaves, so it
+// can stop working for nobody.
+TEST_F(HttpServerTest, AResponderHearsThatItsClientLeft) {
+  DisconnectProbe probe;
+  std::shared_ptr<HttpResponder> kept;
+  std::mutex kept_mutex;
+  handler_ = [&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+    responder->on_disconnect(probe.callback());
+    std::lock_guard<std::mutex> lock(kept_mutex);
+    kept = std::move(responder);  // never answered while the client is there
+  };
+  start();
+  {
+    TestClient client(port());
+    ASSERT_TRUE(client.send(get("/slow")));
+    ASSERT_TRUE(wait_until([&] {
+      std::lock_guard<std::mutex> lock(kept_mutex);
+      return kept != nullptr;
+    }));
+    client.reset();
+  }
+  EXPECT_TRUE(wait_until([&] { return probe.calls.load() == 1; }));
+  // Registered after the client left: still called, once.
+  DisconnectProbe late;
+  kept->on_disconnect(late.callback());
+  EXPECT_TRUE(wait_until([&] { return late.calls.load() == 1; }));
+  std::lock_guard<std::mutex> lock(kept_mutex);
+  kept.reset();
+}
+
+TEST_F(HttpServerTest, AnAnsweredRequestReportsNoDisconnect) {
+  DisconnectProbe probe;
+  handler_ = [&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+    responder->on_disconnect(probe.callback());
+    echo(std::move(request), std::move(responder));
+  };
+  start();
+  {
+    TestClient client(port());
+    ASSERT_TRUE(client.send(get("/quick")));
+    ASSERT_TRUE(client.read_response());
+  }
+  EXPECT_TRUE(wait_until([&] { return server_->open_connections() == 0; }));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(probe.calls.load(), 0);
+}
+
 // ---- streams -----------------------------------------------------------------------
 
 TEST_F(HttpServerTest, TwoHundredConcurrentStreamsArriveWholeAndInOrder) {

@@ -150,5 +150,69 @@ TEST(OpenAiProtocolTest, ResponsePieces) {
   EXPECT_NO_THROW(dump_json(ordered_json{{"t", std::string("\xff")}}));
 }
 
+std::string nested_array(size_t depth) { return std::string(depth, '[') + "1" + std::string(depth, ']'); }
+
+// Issue 12: a body nested 70,000 deep crashed the server (stack exhaustion while the JSON
+// library copied or printed it). The depth is refused before parsing, wherever it is.
+TEST(OpenAiProtocolTest, DeepNestingIsRefusedBeforeParsing) {
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::vector<std::pair<std::string, std::string>> places = {
+      {"{" + user + R"(, "temperature": )", "}"},
+      {R"({"messages": [)", "]}"},
+      {R"({"messages": [{"role": "user", "content": )", "}]}"},
+      {"{" + user + R"(, "chat_template_kwargs": {"a": )", "}}"},
+      {"{" + user + R"(, "tools": )", "}"},
+  };
+  for (const auto& [before, after] : places) {
+    const ApiError error = error_of(ApiKind::kChat, before + nested_array(70000) + after);
+    EXPECT_EQ(error.status, 400);
+    EXPECT_THAT(error.message, HasSubstr("the limit is 64")) << before;
+  }
+  EXPECT_EQ(json_nesting_depth(R"({"a": "[[[[{{{{", "b": [[1]]})"), 3u) << "brackets inside strings do not count";
+  EXPECT_EQ(json_nesting_depth(R"({"a": "\"[[[", "b": 1})"), 1u) << "an escaped quote does not end the string";
+  // 64 levels in all (the body object is one) is still fine.
+  const ApiError ok = error_of(ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x"}], "x": )" +
+                                                   nested_array(63) + "}");
+  EXPECT_EQ(ok.status, 0) << ok.message;
+}
+
+TEST(OpenAiProtocolTest, JsonErrorsDoNotNameTheLibrarysExceptions) {
+  const ApiError error = error_of(ApiKind::kChat, "{\"messages\": [}");
+  EXPECT_EQ(error.status, 400);
+  EXPECT_THAT(error.message, HasSubstr("not valid JSON"));
+  EXPECT_THAT(error.message, ::testing::Not(HasSubstr("json.exception")));
+}
+
+TEST(OpenAiProtocolTest, ConstrainedDecodingFieldsAreRefusedNotIgnored) {
+  const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
+  for (const std::string field : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structural_tag"}) {
+    const ApiError error = error_of(ApiKind::kChat, "{" + messages + ", \"" + field + "\": \"x\"}");
+    EXPECT_EQ(error.status, 400) << field;
+    EXPECT_EQ(error.param, field);
+    EXPECT_THAT(error.message, HasSubstr("not supported yet"));
+  }
+  const ApiError schema = error_of(ApiKind::kCompletion, R"({"prompt": "x", "response_format": {"type": "json_object"}})");
+  EXPECT_EQ(schema.param, "response_format");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + messages + R"(, "response_format": {"type": "text"}})").status, 0)
+      << "plain text is what the server does anyway";
+}
+
+TEST(OpenAiProtocolTest, RequestIdsMustBePrintableAndShort) {
+  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": "x", "request_id": "a\nINFO forged line"})").param, "request_id");
+  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": "x", "request_id": ""})").param, "request_id");
+  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": "x", "request_id": ")" + std::string(300, 'a') + "\"}").param,
+            "request_id");
+  EXPECT_EQ(parse_openai_request(ApiKind::kCompletion, R"({"prompt": "x", "request_id": "mine-1"})", {}).request_id, "mine-1");
+}
+
+TEST(OpenAiProtocolTest, BatchesAreCapped) {
+  std::string prompts = "[";
+  for (size_t i = 0; i <= kMaxPromptsPerRequest; ++i) prompts += (i ? ",\"p\"" : "\"p\"");
+  prompts += "]";
+  const ApiError error = error_of(ApiKind::kCompletion, R"({"prompt": )" + prompts + "}");
+  EXPECT_EQ(error.param, "prompt");
+  EXPECT_THAT(error.message, HasSubstr("the limit is " + std::to_string(kMaxPromptsPerRequest)));
+}
+
 }  // namespace
 }  // namespace ernie

@@ -5,9 +5,12 @@
 #include <vector>
 
 #include "kernels/cpu_features.h"
-#include "kernels/matmul_bf16.h"
 #include "kernels/matmul_integer.h"
 #include "util/error.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 // The vector helpers below are always inlined into functions compiled for one ISA, so
 // the calling-convention note GCC gives for vector arguments never applies.
@@ -30,6 +33,37 @@ typedef uint32_t v16u32 __attribute__((vector_size(64)));
 typedef uint8_t v4u8 __attribute__((vector_size(4)));
 typedef uint8_t v8u8 __attribute__((vector_size(8)));
 typedef uint8_t v16u8 __attribute__((vector_size(16)));
+
+// kWidth bytes as uint32 lanes. GCC 12 turns __builtin_convertvector from 8- to 32-bit
+// lanes into scalar code, so x86 takes the one instruction it should be. These are not
+// always_inline (GCC would then require their ISA in every function they are written
+// into, including the ISA-neutral templates below), but they are small and GCC inlines
+// them into the wrapper of their own ISA.
+inline v4u32 widen_bytes_generic(const uint8_t* p) {
+  v4u8 packed;
+  std::memcpy(&packed, p, sizeof packed);
+  return __builtin_convertvector(packed, v4u32);
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) inline v8u32 widen_bytes_avx2(const uint8_t* p) {
+  return reinterpret_cast<v8u32>(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+__attribute__((target("avx512f"))) inline v16u32 widen_bytes_avx512(const uint8_t* p) {
+  return reinterpret_cast<v16u32>(
+      _mm512_maskz_cvtepu8_epi32(__mmask16{0xffff}, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+#else
+inline v8u32 widen_bytes_avx2(const uint8_t* p) {
+  v8u8 packed;
+  std::memcpy(&packed, p, sizeof packed);
+  return __builtin_convertvector(packed, v8u32);
+}
+inline v16u32 widen_bytes_avx512(const uint8_t* p) {
+  v16u8 packed;
+  std::memcpy(&packed, p, sizeof packed);
+  return __builtin_convertvector(packed, v16u32);
+}
+#endif
 
 template <typename V, typename U16, typename U32, typename U8>
 struct Simd {
@@ -55,6 +89,11 @@ struct Simd {
     std::memcpy(&v, &wide, sizeof v);
     return v;
   }
+  [[gnu::always_inline]] static inline U32 widen_bytes(const uint8_t* p) {
+    if constexpr (kWidth == 16) return widen_bytes_avx512(p);
+    else if constexpr (kWidth == 8) return widen_bytes_avx2(p);
+    else return widen_bytes_generic(p);
+  }
   [[gnu::always_inline]] static inline float sum(V v) {
     float total = 0.0f;
     for (int lane = 0; lane < kWidth; ++lane) total += v[lane];
@@ -62,17 +101,46 @@ struct Simd {
   }
 };
 
-// Weight rows of one panel, either already fp32 (converted into scratch) or raw bf16
-// read straight from the checkpoint (the decode path: every byte is read once anyway).
-template <bool kBf16>
+// FP8 e4m3 weights times their 128x128 block's scale. An e4m3 byte's exponent and
+// mantissa bits, placed at the top of an fp32's (bits 20..26), give the same value
+// times 2^-120 - subnormals included - so the conversion is two masks, a shift and a
+// multiply folded into the scale. `scales` is the row's run of block scales and `at`
+// a multiple of W: W divides 128, so one vector never straddles two blocks.
+template <typename S>
+[[gnu::always_inline]] inline typename S::Float load_fp8(const uint8_t* row, const float* scales, int64_t at) {
+  using V = typename S::Float;
+  const typename S::Words wide = S::widen_bytes(row + at);
+  const typename S::Words bits = ((wide & 0x80u) << 24) | ((wide & 0x7fu) << 20);
+  V value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value * (scales[at / kFp8Block] * 0x1p120f);
+}
+// The same value for one weight (the tails of rows that are not a multiple of W).
+inline float fp8_weight(const uint8_t* row, const float* scales, int64_t at) {
+  return e4m3_to_f32(row[at]) * scales[at / kFp8Block];
+}
+
+// Where a tile's weight rows come from: fp32 rows (converted into a panel of scratch,
+// or an fp32 weight), or the stored bf16 or FP8 rows widened in registers (the few-token
+// path: every byte is read once anyway). Each gives a weight the same fp32 value, so
+// the products, and their order, do not depend on the path: a token row's result is
+// the same whatever other rows share the call.
+enum class Source { kF32, kBf16, kFp8 };
+template <Source kSource>
 struct RowSource {
   const void* rows[4];
+  const float* scales[4];  // FP8: each row's block scales
 };
 
+// Bytes the few-token path prefetches ahead in each weight row it streams.
+constexpr int64_t kPrefetchBytes = 512;
+
 // y[t][r] = x_t · w_r for T token rows and R weight rows, vectorised over k: each x
-// load serves R rows and each w load serves T tokens.
-template <typename S, int T, int R, bool kBf16>
-[[gnu::always_inline]] inline void tile(const float* const* x, const RowSource<kBf16>& w, int64_t k, float* const* y,
+// load serves R rows and each w load serves T tokens. Every (t, r) sums in the same
+// order whatever T and R are: one vector accumulator over k, its lanes in order, then
+// the tail.
+template <typename S, int T, int R, Source kSource>
+[[gnu::always_inline]] inline void tile(const float* const* x, const RowSource<kSource>& w, int64_t k, float* const* y,
                                         int64_t r_offset) {
   using V = typename S::Float;
   constexpr int W = S::kWidth;
@@ -83,8 +151,17 @@ template <typename S, int T, int R, bool kBf16>
   for (; i + W <= k; i += W) {
     V wv[R];
     for (int r = 0; r < R; ++r) {
-      if constexpr (kBf16) wv[r] = S::load_bf16(static_cast<const uint16_t*>(w.rows[r]) + i);
-      else wv[r] = S::load(static_cast<const float*>(w.rows[r]) + i);
+      if constexpr (kSource == Source::kBf16) {
+        const auto* row = static_cast<const uint16_t*>(w.rows[r]);
+        if (i % 32 == 0) __builtin_prefetch(row + i + kPrefetchBytes / 2);
+        wv[r] = S::load_bf16(row + i);
+      } else if constexpr (kSource == Source::kFp8) {
+        const auto* row = static_cast<const uint8_t*>(w.rows[r]);
+        if (i % 64 == 0) __builtin_prefetch(row + i + kPrefetchBytes);
+        wv[r] = load_fp8<S>(row, w.scales[r], i);
+      } else {
+        wv[r] = S::load(static_cast<const float*>(w.rows[r]) + i);
+      }
     }
     for (int t = 0; t < T; ++t) {
       const V xv = S::load(x[t] + i);
@@ -95,8 +172,10 @@ template <typename S, int T, int R, bool kBf16>
     for (int r = 0; r < R; ++r) {
       float total = S::sum(acc[t][r]);
       for (int64_t j = i; j < k; ++j) {
-        const float wj = kBf16 ? bf16_to_f32(static_cast<const uint16_t*>(w.rows[r])[j])
-                               : static_cast<const float*>(w.rows[r])[j];
+        float wj;
+        if constexpr (kSource == Source::kBf16) wj = bf16_to_f32(static_cast<const uint16_t*>(w.rows[r])[j]);
+        else if constexpr (kSource == Source::kFp8) wj = fp8_weight(static_cast<const uint8_t*>(w.rows[r]), w.scales[r], j);
+        else wj = static_cast<const float*>(w.rows[r])[j];
         total += x[t][j] * wj;
       }
       y[t][r_offset + r] = total;
@@ -104,14 +183,14 @@ template <typename S, int T, int R, bool kBf16>
   }
 }
 
-template <typename S, int T, bool kBf16>
-[[gnu::always_inline]] inline void tile_rows(const float* const* x, const RowSource<kBf16>& w, int rows, int64_t k,
+template <typename S, int T, Source kSource>
+[[gnu::always_inline]] inline void tile_rows(const float* const* x, const RowSource<kSource>& w, int rows, int64_t k,
                                              float* const* y, int64_t r_offset) {
   switch (rows) {
-    case 4: tile<S, T, 4, kBf16>(x, w, k, y, r_offset); break;
-    case 3: tile<S, T, 3, kBf16>(x, w, k, y, r_offset); break;
-    case 2: tile<S, T, 2, kBf16>(x, w, k, y, r_offset); break;
-    default: tile<S, T, 1, kBf16>(x, w, k, y, r_offset); break;
+    case 4: tile<S, T, 4, kSource>(x, w, k, y, r_offset); break;
+    case 3: tile<S, T, 3, kSource>(x, w, k, y, r_offset); break;
+    case 2: tile<S, T, 2, kSource>(x, w, k, y, r_offset); break;
+    default: tile<S, T, 1, kSource>(x, w, k, y, r_offset); break;
   }
 }
 
@@ -120,35 +199,24 @@ constexpr int64_t kPanelRows = 16;
 // Tokens processed against one panel; their activations stay in L2 too.
 constexpr int64_t kTokenChunk = 64;
 
-// FP8 e4m3 rows times their 128x128 block's scale. An e4m3 byte's exponent and
-// mantissa bits, placed at the top of an fp32's (bits 20..26), give the same value
-// times 2^-120 - subnormals included - so the conversion is two masks, a shift and a
-// multiply folded into the scale.
+const float* fp8_row_scales(const WeightMatrix& w, int64_t r) {
+  return w.scales + (r / kFp8Block) * ((w.cols + kFp8Block - 1) / kFp8Block);
+}
+
+// FP8 rows widened to fp32, each weight the value load_fp8 / fp8_weight give it.
 template <typename S>
 [[gnu::always_inline]] inline void widen_fp8_rows(const WeightMatrix& w, int64_t first, int64_t count, float* out) {
-  using V = typename S::Float;
-  using U32 = typename S::Words;
-  using U8 = typename S::Bytes;
   constexpr int W = S::kWidth;
   const auto* bytes = static_cast<const uint8_t*>(w.data);
-  const int64_t col_blocks = (w.cols + kFp8Block - 1) / kFp8Block;
-  const float kUnbias = 0x1p120f;
   for (int64_t r = first; r < first + count; ++r, out += w.cols) {
     const uint8_t* row = bytes + r * w.cols;
-    const float* scales = w.scales + (r / kFp8Block) * col_blocks;
+    const float* scales = fp8_row_scales(w, r);
     int64_t k = 0;
     for (; k + W <= w.cols; k += W) {
-      U8 packed;
-      std::memcpy(&packed, row + k, sizeof packed);
-      const U32 wide = __builtin_convertvector(packed, U32);
-      const U32 bits = ((wide & 0x80u) << 24) | ((wide & 0x7fu) << 20);
-      V value;
-      std::memcpy(&value, &bits, sizeof value);
-      // W divides 128, so one vector never straddles two blocks.
-      value *= scales[k / kFp8Block] * kUnbias;
+      const typename S::Float value = load_fp8<S>(row, scales, k);
       std::memcpy(out + k, &value, sizeof value);
     }
-    for (; k < w.cols; ++k) out[k] = e4m3_to_f32(row[k]) * scales[k / kFp8Block];
+    for (; k < w.cols; ++k) out[k] = fp8_weight(row, scales, k);
   }
 }
 
@@ -172,6 +240,36 @@ template <typename S>
   for (; i < total; ++i) out[i] = bf16_to_f32(in[i]);
 }
 
+// Output rows [row_begin, row_end) of y for n <= 3 tokens, reading the stored rows.
+template <typename S, Source kSource>
+[[gnu::always_inline]] inline void few_tokens(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
+                                              int64_t row_end, float* y) {
+  const int64_t k = w.cols;
+  const float* xs[3];
+  float* ys[3];
+  for (int64_t t = 0; t < n; ++t) {
+    xs[t] = x + t * k;
+    ys[t] = y + t * w.rows;
+  }
+  for (int64_t r = row_begin; r < row_end; r += 4) {
+    const int rows = static_cast<int>(std::min<int64_t>(4, row_end - r));
+    RowSource<kSource> source{};
+    for (int j = 0; j < rows; ++j) {
+      if constexpr (kSource == Source::kFp8) {
+        source.rows[j] = static_cast<const uint8_t*>(w.data) + (r + j) * k;
+        source.scales[j] = fp8_row_scales(w, r + j);
+      } else {
+        source.rows[j] = w.row(r + j);
+      }
+    }
+    switch (n) {
+      case 3: tile_rows<S, 3, kSource>(xs, source, rows, k, ys, r); break;
+      case 2: tile_rows<S, 2, kSource>(xs, source, rows, k, ys, r); break;
+      default: tile_rows<S, 1, kSource>(xs, source, rows, k, ys, r); break;
+    }
+  }
+}
+
 // Output rows [row_begin, row_end) of y for all n tokens.
 template <typename S>
 [[gnu::always_inline]] inline void matmul_rows(const float* x, int64_t n, const WeightMatrix& w, int64_t row_begin,
@@ -180,22 +278,11 @@ template <typename S>
   if (n <= 3 && w.dense() && w.dtype == DType::kBF16) {
     // A few tokens: stream the bf16 rows once, widening in registers; widening whole
     // panels into scratch would cost more than the few products that reuse them.
-    const float* xs[3];
-    float* ys[3];
-    for (int64_t t = 0; t < n; ++t) {
-      xs[t] = x + t * k;
-      ys[t] = y + t * w.rows;
-    }
-    for (int64_t r = row_begin; r < row_end; r += 4) {
-      const int rows = static_cast<int>(std::min<int64_t>(4, row_end - r));
-      RowSource<true> source{};
-      for (int j = 0; j < rows; ++j) source.rows[j] = w.row(r + j);
-      switch (n) {
-        case 3: tile_rows<S, 3, true>(xs, source, rows, k, ys, r); break;
-        case 2: tile_rows<S, 2, true>(xs, source, rows, k, ys, r); break;
-        default: tile_rows<S, 1, true>(xs, source, rows, k, ys, r); break;
-      }
-    }
+    few_tokens<S, Source::kBf16>(x, n, w, row_begin, row_end, y);
+    return;
+  }
+  if (n <= 3 && w.format == WeightFormat::kFp8) {
+    few_tokens<S, Source::kFp8>(x, n, w, row_begin, row_end, y);
     return;
   }
   for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
@@ -209,7 +296,7 @@ template <typename S>
       }
       for (int64_t r = 0; r < panel; r += 4) {
         const int rows = static_cast<int>(std::min<int64_t>(4, panel - r));
-        RowSource<false> source{};
+        RowSource<Source::kF32> source{};
         for (int j = 0; j < rows; ++j) source.rows[j] = panel_rows + (r + j) * k;
         constexpr int kTile = S::kTokenTile;
         int64_t t = t0;
@@ -220,7 +307,7 @@ template <typename S>
             xs[j] = x + (t + j) * k;
             ys[j] = y + (t + j) * w.rows;
           }
-          tile_rows<S, kTile, false>(xs, source, rows, k, ys, p + r);
+          tile_rows<S, kTile, Source::kF32>(xs, source, rows, k, ys, p + r);
         }
         // The last 1..kTile-1 tokens in one tile, so each weight row is read once.
         const int64_t rest = t0 + tokens - t;
@@ -232,9 +319,9 @@ template <typename S>
             ys[j] = y + (t + j) * w.rows;
           }
           switch (rest) {
-            case 3: tile_rows<S, 3, false>(xs, source, rows, k, ys, p + r); break;
-            case 2: tile_rows<S, 2, false>(xs, source, rows, k, ys, p + r); break;
-            default: tile_rows<S, 1, false>(xs, source, rows, k, ys, p + r); break;
+            case 3: tile_rows<S, 3, Source::kF32>(xs, source, rows, k, ys, p + r); break;
+            case 2: tile_rows<S, 2, Source::kF32>(xs, source, rows, k, ys, p + r); break;
+            default: tile_rows<S, 1, Source::kF32>(xs, source, rows, k, ys, p + r); break;
           }
         }
       }
@@ -280,10 +367,6 @@ std::vector<float>& panel_scratch() {
 
 void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
   if (n == 0) return;
-  if (bf16_dot_applies(n, w)) {
-    matmul_bf16_dot(pool, x, w, y);
-    return;
-  }
   static const RowRangeKernel kernel = select_kernel();
   // Threads split the output features into panels: each streams a disjoint share of
   // the weights, the largest operand.
@@ -334,9 +417,7 @@ void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* 
   if (is_integer(w)) {
     matmul_integer(pool, input.int8_blocks(pool, w.group), w, y);
   } else if (w.format == WeightFormat::kFp8) {
-    const float* rounded = input.fp8_rounded();
-    if (bf16_dot_applies(input.n(), w)) matmul_bf16_dot(pool, rounded, w, y);
-    else matmul_float(pool, rounded, input.n(), w, y);
+    matmul_float(pool, input.fp8_rounded(), input.n(), w, y);
   } else {
     matmul_float(pool, input.x(), input.n(), w, y);
   }
@@ -352,8 +433,6 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
   const auto all = [&](auto predicate) { return std::all_of(weights.begin(), weights.end(), predicate); };
   if (all([&](const WeightMatrix* w) { return is_integer(*w) && w->group == weights[0]->group; })) {
     matmul_integer_group(pool, input.int8_blocks(pool, weights[0]->group), weights, outputs);
-  } else if (all([&](const WeightMatrix* w) { return w->dense() && bf16_dot_applies(input.n(), *w); })) {
-    matmul_bf16_dot_group(pool, input.x(), weights, outputs);
   } else {
     for (size_t i = 0; i < weights.size(); ++i) matmul(pool, input, *weights[i], outputs[i]);
   }
@@ -372,7 +451,6 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
 void reserve_matmul_scratch(int64_t max_cols) {
   std::vector<float>& scratch = panel_scratch();
   if (scratch.size() < static_cast<size_t>(kPanelRows * max_cols)) scratch.resize(static_cast<size_t>(kPanelRows * max_cols));
-  reserve_bf16_dot_scratch(max_cols);
 }
 
 void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y) {

@@ -9,6 +9,37 @@ namespace {
 
 using json = nlohmann::json;
 
+// The same value as an ordered_json, in linear time. ordered_json's own parser and
+// insertions search an object's keys on every insert, which a body holding one object
+// with a million keys would turn into hours of work; the keys of a parsed `json` are
+// already unique, so they are appended as they are. Recursion is bounded by the
+// nesting limit checked before parsing.
+ordered_json to_ordered(const json& value) {
+  switch (value.type()) {
+    case json::value_t::object: {
+      ordered_json out = ordered_json::object();
+      auto& members = static_cast<std::vector<std::pair<const std::string, ordered_json>>&>(
+          out.get_ref<ordered_json::object_t&>());
+      members.reserve(value.size());
+      for (const auto& [key, member] : value.items()) members.emplace_back(key, to_ordered(member));
+      return out;
+    }
+    case json::value_t::array: {
+      ordered_json out = ordered_json::array();
+      auto& items = out.get_ref<ordered_json::array_t&>();
+      items.reserve(value.size());
+      for (const json& item : value) items.push_back(to_ordered(item));
+      return out;
+    }
+    case json::value_t::string: return value.get_ref<const std::string&>();
+    case json::value_t::boolean: return value.get<bool>();
+    case json::value_t::number_integer: return value.get<int64_t>();
+    case json::value_t::number_unsigned: return value.get<uint64_t>();
+    case json::value_t::number_float: return value.get<double>();
+    default: return nullptr;
+  }
+}
+
 bool present(const json& body, const char* key) { return body.contains(key) && !body.at(key).is_null(); }
 
 float number_field(const json& body, const char* key, float fallback) {
@@ -116,7 +147,7 @@ void parse_tools(const json& body, OpenAiRequest& request) {
         invalid_field("tools", "every tool must be {\"type\": \"function\", \"function\": {\"name\": ..., "
                                "\"parameters\": ...}}, got " + tool.dump());
     }
-    if (!tools.empty()) request.tools = ordered_json::parse(tools.dump());
+    if (!tools.empty()) request.tools = to_ordered(tools);
   }
   if (!present(body, "tool_choice")) return;
   const json& choice = body.at("tool_choice");
@@ -147,12 +178,12 @@ void parse_messages(const json& body, OpenAiRequest& request) {
     if (role == "tool" && (!message.contains("content") || message.at("content").is_null()))
       invalid_field("messages", "a \"tool\" message needs \"content\": the tool's result");
   }
-  request.messages = ordered_json::parse(messages.dump());
+  request.messages = to_ordered(messages);
   parse_tools(body, request);
   if (present(body, "chat_template_kwargs")) {
     if (!body.at("chat_template_kwargs").is_object())
       invalid_field("chat_template_kwargs", "\"chat_template_kwargs\" must be an object");
-    request.chat_template_kwargs = ordered_json::parse(body.at("chat_template_kwargs").dump());
+    request.chat_template_kwargs = to_ordered(body.at("chat_template_kwargs"));
   }
   if (present(body, "chat_template")) {
     if (!body.at("chat_template").is_string()) invalid_field("chat_template", "\"chat_template\" must be a string");

@@ -97,6 +97,13 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
 
   std::vector<Choice>& choices() { return choices_; }
   const std::string& id() const { return id_; }
+  const std::string& client_request_id() const { return request_.request_id; }
+  size_t num_choices() const { return choices_.size(); }
+
+  // Ends every choice with "abort" (the engine answers through on_output as usual).
+  void abort_all() {
+    for (const Choice& choice : choices_) service_.engine_.abort(choice.engine_id);
+  }
 
   // Sends the response head (streaming) and submits every choice to the engine.
   void start() {
@@ -149,14 +156,6 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     }
     abort_all();
   }
-
- public:
-  // Ends every choice with "abort" (the engine answers through on_output as usual).
-  void abort_all() {
-    for (const Choice& choice : choices_) service_.engine_.abort(choice.engine_id);
-  }
-
- private:
 
   void write_chunk(const std::vector<ordered_json>& entries) {
     ordered_json chunk = {{"id", id_},
@@ -395,11 +394,8 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     service_.forget(*this);
   }
 
- public:
-  const std::string& client_request_id() const { return request_.request_id; }
-  size_t num_choices() const { return choices_.size(); }
-
- private:
+  // Keeps the service alive until this request's last output: the engine thread may
+  // still deliver one while the server shuts down.
   const std::shared_ptr<OpenAiService> owner_;
   OpenAiService& service_;
   OpenAiRequest request_;
@@ -608,14 +604,19 @@ std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest
   if (request.chat_template_kwargs.contains("add_generation_prompt") &&
       request.chat_template_kwargs.at("add_generation_prompt").is_boolean())
     inputs.add_generation_prompt = request.chat_template_kwargs.at("add_generation_prompt").get<bool>();
+  // A request's template is code from the client: its render is bounded in time and in
+  // size (no prompt longer than max_prompt_bytes_ could be served anyway).
+  ChatTemplateLimits limits;
+  limits.max_output_bytes = max_prompt_bytes_;
+  limits.max_string_bytes = max_prompt_bytes_;
   try {
     if (!request.chat_template.empty()) {
-      rendered = ChatTemplate(request.chat_template, special_token_strings(tokenizer_)).render(inputs);
+      rendered = ChatTemplate(request.chat_template, special_token_strings(tokenizer_)).render(inputs, limits);
     } else {
       if (!chat_template_)
         invalid_field("messages", "this model has no chat template; start the server with --chat-template or send "
                                   "disable_chat_template");
-      rendered = chat_template_->render(inputs);
+      rendered = chat_template_->render(inputs, limits);
     }
   } catch (const Error& error) {
     invalid_field(request.chat_template.empty() ? "messages" : "chat_template",

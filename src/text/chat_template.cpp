@@ -47,7 +47,7 @@ ordered_json normalize_messages(const ordered_json& messages) {
 ChatTemplate::ChatTemplate(std::string source, std::map<std::string, std::string> special_tokens)
     : source_(std::move(source)), special_tokens_(std::move(special_tokens)), template_(parse_chat_template(source_)) {}
 
-std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
+std::string ChatTemplate::render(const ChatTemplateInputs& inputs, const ChatTemplateLimits& limits) const {
   ordered_json context = ordered_json::object();
   context["messages"] = normalize_messages(inputs.messages);
   if (!inputs.tools.is_null()) {
@@ -65,7 +65,7 @@ std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
     }
   }
   try {
-    return template_.render(context);
+    return template_.render(context, limits);
   } catch (const Error& e) {
     fail("chat template error: ", e.what());
   }

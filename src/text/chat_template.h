@@ -19,6 +19,9 @@ struct ChatTemplateInputs {
   nlohmann::ordered_json extra;  // chat_template_kwargs, copied into the context (e.g. enable_thinking)
 };
 
+// The resource budget of one render.
+using ChatTemplateLimits = jinja::Limits;
+
 class ChatTemplate {
  public:
   // `special_tokens` come from the tokenizer: bos_token, eos_token, unk_token,
@@ -30,8 +33,11 @@ class ChatTemplate {
   // is joined into one string, as the ERNIE text templates expect a string), `tools`
   // (only when not null), `add_generation_prompt`, every special token, then each key
   // of `extra` not already present (as FastDeploy copies chat_template_kwargs).
-  // Throws ernie::Error on template errors, including raise_exception() messages.
-  std::string render(const ChatTemplateInputs& inputs) const;
+  // Throws ernie::Error on template errors, including raise_exception() messages, and
+  // when the render exceeds `limits` (time, output size, string and list sizes, total
+  // work; see jinja::Limits for the defaults). A server rendering templates that
+  // clients send should pass its own time limit and output cap.
+  std::string render(const ChatTemplateInputs& inputs, const ChatTemplateLimits& limits = ChatTemplateLimits{}) const;
 
   const std::string& source() const { return source_; }
 

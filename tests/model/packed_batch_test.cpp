@@ -18,11 +18,7 @@
 namespace ernie {
 namespace {
 
-std::vector<int32_t> ids_for(int seed, int length) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < length; ++i) ids.push_back(3 + (seed * 7919 + i * 104729) % 4000);
-  return ids;
-}
+std::vector<int32_t> ids_for(int seed, int length) { return testing::synthetic_token_ids(seed, length); }
 
 // Logits of every position of `ids`, computed alone in one call.
 std::vector<float> alone(ErnieModel& model, const std::vector<int32_t>& ids) {

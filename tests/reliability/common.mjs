@@ -2,7 +2,6 @@
 // official OpenAI client installed there, and small probes of a running server.
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
-import net from 'node:net';
 
 export { startServer } from '../e2e/server.mjs';
 
@@ -58,6 +57,15 @@ export async function metrics(baseURL) {
   };
 }
 
+// Waits until the engine runs something.
+export async function waitRunning(baseURL, timeoutMs = 20000) {
+  const deadline = Date.now() + timeoutMs;
+  while ((await metrics(baseURL)).running === 0) {
+    if (Date.now() > deadline) throw new Error('nothing started running');
+    await sleep(5);
+  }
+}
+
 // Waits until the engine is idle with every KV block free; returns the last reading.
 export async function waitIdle(baseURL, timeoutMs = 30000) {
   const deadline = Date.now() + timeoutMs;
@@ -80,12 +88,4 @@ export async function readEvents(response) {
   const text = await response.text();
   return text.split('\n\n').filter((event) => event.startsWith('data: ')).map((event) => event.slice(6))
     .filter((data) => data !== '[DONE]').map((data) => JSON.parse(data));
-}
-
-// A raw TCP client, for what fetch cannot do (trickling a body, not reading).
-export function rawConnect(port) {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(port, '127.0.0.1', () => resolve(socket));
-    socket.once('error', reject);
-  });
 }

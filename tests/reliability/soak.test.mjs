@@ -7,6 +7,9 @@ import { OpenAI, startServer, postJson, metrics, waitIdle, percentile, rssBytes,
 
 const kClients = Number(process.env.ERNIE_SOAK_CLIENTS ?? 100);
 const kRequests = Number(process.env.ERNIE_SOAK_REQUESTS ?? 2000);
+// Under AddressSanitizer freed memory sits in a quarantine of up to 256 MiB, so RSS
+// says nothing about the server's own growth there (scripts/sanitize.sh turns it off).
+const kCheckRss = process.env.ERNIE_SOAK_CHECK_RSS !== '0';
 
 // A deterministic generator, so a failure can be replayed.
 function random(seed) {
@@ -115,7 +118,7 @@ test(`soak: ${kRequests} requests from ${kClients} concurrent clients with rando
       assert.equal(after.running, 0);
       assert.equal(after.blocksFree, after.blocksTotal);
       // Flat over the second half: every sample within 10% of the middle reading.
-      for (const sample of [...samples, rss.end]) {
+      for (const sample of kCheckRss ? [...samples, rss.end] : []) {
         assert.ok(Math.abs(sample - rss.middle) <= 0.1 * rss.middle,
                   `RSS ${mib(sample)} MiB strays from ${mib(rss.middle)} MiB at the middle`);
       }

@@ -1,5 +1,7 @@
 #include "serving/openai_protocol.h"
 
+#include <chrono>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -212,6 +214,23 @@ TEST(OpenAiProtocolTest, BatchesAreCapped) {
   const ApiError error = error_of(ApiKind::kCompletion, R"({"prompt": )" + prompts + "}");
   EXPECT_EQ(error.param, "prompt");
   EXPECT_THAT(error.message, HasSubstr("the limit is " + std::to_string(kMaxPromptsPerRequest)));
+}
+
+// ordered_json searches an object's keys on every insert: a body holding one object with
+// a million keys must not cost hours (issue 12: a worker must not stall).
+TEST(OpenAiProtocolTest, HugeObjectsAreCopiedInLinearTime) {
+  std::string kwargs = "{";
+  for (int i = 0; i < 300000; ++i) kwargs += (i ? ",\"k" : "\"k") + std::to_string(i) + "\": " + std::to_string(i);
+  kwargs += "}";
+  const auto start = std::chrono::steady_clock::now();
+  const OpenAiRequest request = parse_openai_request(
+      ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": )" + kwargs + "}", {});
+  EXPECT_EQ(request.chat_template_kwargs.size(), 300000u);
+  EXPECT_EQ(request.chat_template_kwargs.at("k299999"), 299999);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << "quadratic copies take minutes";
+  const OpenAiRequest nested = parse_openai_request(
+      ApiKind::kChat, R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}], "x": [1, 2.5, true, null, {"a": -3}]}]})", {});
+  EXPECT_EQ(nested.messages.dump(), R"([{"content":[{"text":"hi","type":"text"}],"role":"user","x":[1,2.5,true,null,{"a":-3}]}])");
 }
 
 }  // namespace

@@ -20,6 +20,12 @@ std::string golden_model_dir(const std::string& name) { return shared_dir() + "/
 std::string ernie_binary() { return ERNIE_BINARY; }
 std::string python3() { return ERNIE_PYTHON3; }
 
+std::vector<int32_t> synthetic_token_ids(int seed, int length) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < length; ++i) ids.push_back(3 + (seed * 7919 + i * 104729) % 4000);
+  return ids;
+}
+
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
   std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/ernie-test-XXXXXX";

@@ -19,6 +19,10 @@ std::string golden_model_dir(const std::string& name);  // shared/golden/models/
 std::string ernie_binary();
 std::string python3();
 
+// `length` token ids spread over 3..4002 (inside every golden vocabulary), different for
+// each `seed`: prompts for tests that only need distinct sequences.
+std::vector<int32_t> synthetic_token_ids(int seed, int length);
+
 // A fresh directory under $TMPDIR, removed with everything in it on destruction.
 class TempDir {
  public:

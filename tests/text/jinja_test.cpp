@@ -438,8 +438,13 @@ TEST(JinjaLimits, TotalWork) {
 
 TEST(JinjaLimits, OutputAndStringSize) {
   Limits limits;
-  limits.max_string_bytes = 1 << 20;
+  limits.max_output_bytes = 1 << 20;
   EXPECT_THAT(render_error("{% for i in range(2000) %}{{ 'x' * 1000 }}{% endfor %}", default_context(), limits),
+              HasSubstr("over the limit"));
+  limits = Limits{};
+  limits.max_string_bytes = 1 << 20;
+  EXPECT_THAT(render_error("{% set s %}{% for i in range(2000) %}{{ 'x' * 1000 }}{% endfor %}{% endset %}",
+                           default_context(), limits),
               HasSubstr("over the limit"));
   EXPECT_THAT(render_error("{{ 'x' * 10**12 }}"), HasSubstr("over the limit"));
   EXPECT_THAT(render_error("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"),

@@ -844,7 +844,11 @@ bool has_filter(std::string_view name) { return find_filter(name) != nullptr; }
 Value call_filter(Runtime& runtime, std::string_view name, const Value& input, const CallArgs& args) {
   const FilterEntry* entry = find_filter(name);
   if (!entry) fail("no filter named '", name, "'");
-  return entry->fn(runtime, input, args);
+  runtime.charge_call(input, args);
+  Value result = entry->fn(runtime, input, args);
+  // What the filter built (its text, its list) is work too.
+  runtime.charge_shallow(result);
+  return result;
 }
 
 }  // namespace ernie::jinja

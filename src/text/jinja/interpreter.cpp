@@ -105,7 +105,9 @@ class Interpreter {
 
   std::string run(const Body& body) {
     std::string out;
+    output_ = &out;
     exec_body(body, root_, out);
+    output_ = nullptr;
     return out;
   }
 
@@ -133,8 +135,14 @@ class Interpreter {
     Interpreter& in_;
   };
 
+  // The render's own output has a cap of its own; every other buffer (a macro's
+  // output, a set block) is a string like any other.
   void append(std::string& out, std::string_view text) {
-    runtime_.check_string(out.size() + text.size());
+    if (&out == output_) {
+      runtime_.check_output(out.size() + text.size());
+    } else {
+      runtime_.check_string(out.size() + text.size());
+    }
     runtime_.charge_bytes(text.size());
     out.append(text);
   }
@@ -410,6 +418,7 @@ class Interpreter {
       const Value start = s.start ? eval(*s.start, scope) : Value(nullptr);
       const Value stop = s.stop ? eval(*s.stop, scope) : Value(nullptr);
       const Value step = s.step ? eval(*s.step, scope) : Value(nullptr);
+      runtime_.charge_shallow(object);  // a slice copies up to the whole sequence
       return get_slice(object, start, stop, step);
     }
     return get_item(object, eval(*g.index, scope));
@@ -417,8 +426,12 @@ class Interpreter {
 
   Value eval_compare(const CompareExpr& c, const ScopePtr& scope) {
     Value left = eval(*c.first, scope);
+    runtime_.charge_shallow(left);
     for (const auto& [op, operand] : c.rest) {
       Value right = eval(*operand, scope);
+      // `in` searches the right operand; ==, < read both up to where they differ.
+      runtime_.step();
+      runtime_.charge_shallow(right);
       bool ok = false;
       switch (op) {
         case CompareOp::Eq: ok = equals(left, right); break;
@@ -457,7 +470,12 @@ class Interpreter {
   }
 
   Value call_value(const Value& callee, CallArgs& args) {
-    if (callee.is_object() && callee.as_object().callable()) return callee.as_object().call(runtime_, args);
+    if (callee.is_object() && callee.as_object().callable()) {
+      runtime_.step();
+      Value result = callee.as_object().call(runtime_, args);
+      runtime_.charge_shallow(result);  // range(n), a macro's text: what the call built
+      return result;
+    }
     if (callee.is_undefined()) fail_undefined(callee);
     fail("'", type_name(callee), "' object is not callable");
   }
@@ -467,6 +485,7 @@ class Interpreter {
   ScopePtr root_;
   std::unordered_map<std::string, Value> globals_;
   int call_depth_ = 0;
+  const std::string* output_ = nullptr;  // what run() renders into
 };
 
 Value Interpreter::call_macro(const MacroDef& def, const ScopePtr& closure, CallArgs& args) {

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "text/jinja/pystr.h"
+#include "text/jinja/runtime.h"
 #include "util/error.h"
 
 namespace ernie::jinja {
@@ -42,7 +43,7 @@ Value from_json_at(const nlohmann::ordered_json& json, uint32_t depth) {
     }
     case Type::object: {
       auto dict = std::make_shared<Dict>();
-      for (const auto& [key, item] : json.items()) dict->set(key, from_json_at(item, depth + 1));
+      for (const auto& [key, item] : json.items()) dict->append_new(key, from_json_at(item, depth + 1));
       return Value(std::move(dict));
     }
     case Type::binary: fail("binary JSON values cannot be passed to a template; expected text, numbers, arrays or objects");
@@ -93,12 +94,19 @@ class JsonWriter {
   }
 
   void write(const Value& v, int level) {
+    // A list holding one sublist twice writes it twice: charge and cap as the text
+    // grows, so a value built in a few steps cannot dump exponentially long.
+    check_current_string(out_.size());
+    charge_current_steps(1);
     switch (v.type()) {
       case Value::Type::None: out_ += "null"; return;
       case Value::Type::Bool: out_ += v.as_bool() ? "true" : "false"; return;
       case Value::Type::Int: out_ += std::to_string(v.as_int()); return;
       case Value::Type::Float: write_float(v.as_double()); return;
-      case Value::Type::String: append_escaped(out_, v.as_string(), options_.ensure_ascii); return;
+      case Value::Type::String:
+        charge_current_bytes(v.as_string().size());
+        append_escaped(out_, v.as_string(), options_.ensure_ascii);
+        return;
       case Value::Type::List: write_list(v.as_list(), level); return;
       case Value::Type::Dict: write_dict(v.as_dict(), level); return;
       default: fail("Object of type ", type_name(v), " is not JSON serializable");

@@ -216,14 +216,24 @@ class Lexer {
     return out;
   }
 
+  // Tokens are positioned in source order, so counting resumes where the previous
+  // position left off on the same line: from the line start, a template written on
+  // one long line would take quadratic time.
   void position(size_t offset, int& line, int& column) const {
     const auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     const auto index = static_cast<size_t>(it - line_starts_.begin()) - 1;
     line = static_cast<int>(index) + 1;
+    size_t from = line_starts_[index];
     column = 1;
-    for (size_t i = line_starts_[index]; i < offset; ++i) {
+    if (last_offset_ >= from && last_offset_ <= offset) {
+      from = last_offset_;
+      column = last_column_;
+    }
+    for (size_t i = from; i < offset; ++i) {
       if ((static_cast<unsigned char>(src_[i]) & 0xC0) != 0x80) ++column;  // count code points
     }
+    last_offset_ = offset;
+    last_column_ = column;
   }
 
   [[noreturn]] void error_at(size_t offset, std::string_view message) const {
@@ -520,6 +530,8 @@ class Lexer {
 
   std::string src_;
   std::vector<size_t> line_starts_;
+  mutable size_t last_offset_ = 0;  // the last position computed, see position()
+  mutable int last_column_ = 1;
   std::vector<Token> tokens_;
 };
 

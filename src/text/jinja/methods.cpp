@@ -166,7 +166,7 @@ Value string_method(Runtime& runtime, const std::string& s, std::string_view nam
     const BoundArgs a = bind({"sep"});
     const std::string& sep = string_arg(a, 0, str_cat(name, "() argument"));
     if (sep.empty()) fail("empty separator");
-    const size_t at = name == "partition" ? s.find(sep) : s.rfind(sep);
+    const size_t at = name == "partition" ? pystr::find_text(s, sep) : pystr::find_last(s, sep);
     if (at == std::string::npos) {
       return name == "partition" ? Value::tuple({Value(s), Value(""), Value("")})
                                  : Value::tuple({Value(""), Value(""), Value(s)});
@@ -307,13 +307,24 @@ MethodKind method_kind(const Value& receiver, std::string_view name) {
   }
 }
 
-Value call_method(Runtime& runtime, const Value& receiver, std::string_view name, const CallArgs& args) {
+namespace {
+
+Value method_result(Runtime& runtime, const Value& receiver, std::string_view name, const CallArgs& args) {
   switch (receiver.type()) {
     case Value::Type::String: return string_method(runtime, receiver.as_string(), name, args);
     case Value::Type::Dict: return dict_method(receiver, name, args);
     case Value::Type::List: return list_method(receiver, name, args);
     default: fail("'", type_name(receiver), "' object has no attribute '", name, "'");
   }
+}
+
+}  // namespace
+
+Value call_method(Runtime& runtime, const Value& receiver, std::string_view name, const CallArgs& args) {
+  runtime.charge_call(receiver, args);
+  Value result = method_result(runtime, receiver, name, args);
+  runtime.charge_shallow(result);  // what the method built
+  return result;
 }
 
 }  // namespace ernie::jinja

@@ -136,9 +136,8 @@ Value add(Runtime& runtime, const Value& a, const Value& b) {
   unsupported(ast::BinaryOp::Add, a, b);
 }
 
-}  // namespace
-
-Value binary_op(Runtime& runtime, ast::BinaryOp op, const Value& a, const Value& b) {
+// The operator itself; binary_op charges for it.
+Value apply_binary_op(Runtime& runtime, ast::BinaryOp op, const Value& a, const Value& b) {
   // str % x formats str(x) even for an undefined x; every other use of undefined raises.
   if (op == ast::BinaryOp::Mod && a.is_string()) {
     if (!a.is_markup()) return Value(percent_format(runtime, a.as_string(), b));
@@ -212,6 +211,17 @@ Value binary_op(Runtime& runtime, ast::BinaryOp op, const Value& a, const Value&
   unsupported(op, a, b);
 }
 
+}  // namespace
+
+Value binary_op(Runtime& runtime, ast::BinaryOp op, const Value& a, const Value& b) {
+  runtime.step();
+  runtime.charge_shallow(a);
+  runtime.charge_shallow(b);
+  Value result = apply_binary_op(runtime, op, a, b);
+  runtime.charge_shallow(result);  // 'a' * n, list + list: what was built
+  return result;
+}
+
 Value negate(const Value& v) {
   if (v.is_undefined()) fail_undefined(v);
   if (v.is_integral()) {
@@ -234,7 +244,7 @@ bool contains(const Value& container, const Value& item) {
     case Value::Type::Undefined: return false;  // iterates as empty
     case Value::Type::String:
       if (!item.is_string()) fail("'in <string>' requires string as left operand, not ", type_name(item));
-      return container.as_string().find(item.as_string()) != std::string::npos;
+      return pystr::find_text(container.as_string(), item.as_string()) != std::string::npos;
     case Value::Type::List:
       for (const Value& v : container.as_list().items) {
         if (equals(v, item)) return true;

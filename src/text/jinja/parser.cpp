@@ -80,6 +80,29 @@ class Parser {
     Parser& p_;
   };
 
+  // A left-associative chain (a + b + c, x.y[0].z, s|f|g) is parsed in a loop, yet
+  // each link nests the tree one node deeper, and evaluating or destroying the tree
+  // recurses that deep. So each link counts as a level of nesting until the chain ends.
+  class ChainGuard {
+   public:
+    explicit ChainGuard(Parser& p) : p_(p) {}
+    ~ChainGuard() { p_.depth_ -= links_; }
+    ChainGuard(const ChainGuard&) = delete;
+    ChainGuard& operator=(const ChainGuard&) = delete;
+
+    void link() {
+      ++links_;
+      if (++p_.depth_ > kMaxNesting) {
+        p_.error(p_.cur(), str_cat("the template nests more than ", kMaxNesting,
+                                   " levels deep (each link of a chain such as a + b + c counts)"));
+      }
+    }
+
+   private:
+    Parser& p_;
+    int links_ = 0;
+  };
+
   // --- token stream -------------------------------------------------------------------
 
   const Token& cur() const { return tokens_[pos_]; }
@@ -372,7 +395,9 @@ class Parser {
   ExprPtr parse_condexpr() {
     const Token& start = cur();
     ExprPtr expr = parse_or();
+    ChainGuard chain(*this);
     while (skip_name("if")) {
+      chain.link();
       auto cond = at(std::make_unique<CondExpr>(), start);
       cond->test = parse_or();
       if (skip_name("else")) cond->otherwise = parse_condexpr();
@@ -385,7 +410,9 @@ class Parser {
   ExprPtr parse_or() {
     const Token& start = cur();
     ExprPtr left = parse_and();
+    ChainGuard chain(*this);
     while (skip_name("or")) {
+      chain.link();
       auto node = at(std::make_unique<LogicalExpr>(ExprKind::Or), start);
       node->left = std::move(left);
       node->right = parse_and();
@@ -397,7 +424,9 @@ class Parser {
   ExprPtr parse_and() {
     const Token& start = cur();
     ExprPtr left = parse_not();
+    ChainGuard chain(*this);
     while (skip_name("and")) {
+      chain.link();
       auto node = at(std::make_unique<LogicalExpr>(ExprKind::And), start);
       node->left = std::move(left);
       node->right = parse_not();
@@ -464,7 +493,9 @@ class Parser {
   ExprPtr parse_math1() {
     const Token& start = cur();
     ExprPtr left = parse_concat();
+    ChainGuard chain(*this);
     while (is_op("+") || is_op("-")) {
+      chain.link();
       const BinaryOp op = next().text == "+" ? BinaryOp::Add : BinaryOp::Sub;
       left = binary(start, op, std::move(left), parse_concat());
     }
@@ -484,7 +515,9 @@ class Parser {
   ExprPtr parse_math2() {
     const Token& start = cur();
     ExprPtr left = parse_pow();
+    ChainGuard chain(*this);
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      chain.link();
       const std::string op = next().text;
       const BinaryOp kind = op == "*" ? BinaryOp::Mul : op == "/" ? BinaryOp::Div : op == "//" ? BinaryOp::FloorDiv : BinaryOp::Mod;
       left = binary(start, kind, std::move(left), parse_pow());
@@ -495,7 +528,11 @@ class Parser {
   ExprPtr parse_pow() {
     const Token& start = cur();
     ExprPtr left = parse_unary(true);
-    while (skip_op("**")) left = binary(start, BinaryOp::Pow, std::move(left), parse_unary(true));
+    ChainGuard chain(*this);
+    while (skip_op("**")) {
+      chain.link();
+      left = binary(start, BinaryOp::Pow, std::move(left), parse_unary(true));
+    }
     return left;
   }
 
@@ -615,19 +652,18 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
-    while (true) {
-      if (is_op(".") || is_op("[")) {
-        node = parse_subscript(std::move(node));
-      } else if (is_op("(")) {
-        node = parse_call(std::move(node));
-      } else {
-        return node;
-      }
+    ChainGuard chain(*this);
+    while (is_op(".") || is_op("[") || is_op("(")) {
+      chain.link();
+      node = is_op("(") ? parse_call(std::move(node)) : parse_subscript(std::move(node));
     }
+    return node;
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
+    ChainGuard chain(*this);
     while (true) {
+      if (is_op("|") || is_name("is") || is_op("(")) chain.link();
       if (is_op("|")) {
         node = parse_filter(std::move(node), false);
       } else if (is_name("is")) {
@@ -753,7 +789,9 @@ class Parser {
   }
 
   ExprPtr parse_filter(ExprPtr node, bool start_inline) {
+    ChainGuard chain(*this);
     while (is_op("|") || start_inline) {
+      chain.link();
       if (!start_inline) next();
       start_inline = false;
       auto filter = at(std::make_unique<FilterExpr>(), cur());

@@ -169,6 +169,7 @@ bool has_test(std::string_view name) { return find_test(name) != nullptr; }
 bool call_test(Runtime& runtime, std::string_view name, const Value& input, const CallArgs& args) {
   const TestEntry* entry = find_test(name);
   if (!entry) fail("no test named '", name, "'");
+  runtime.charge_call(input, args);
   return entry->fn(runtime, input, args);
 }
 

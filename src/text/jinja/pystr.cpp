@@ -280,8 +280,6 @@ void adjust_indices(int64_t n, std::optional<int64_t> start_in, std::optional<in
   }
 }
 
-constexpr std::u32string::size_type npos32 = std::u32string::npos;
-
 }  // namespace
 
 // --- str methods ----------------------------------------------------------------------
@@ -371,10 +369,13 @@ char32_t code_point_after(std::string_view s, size_t begin, size_t& next) {
 }  // namespace
 
 std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
-  // Only the ends are decoded: contents can be long, strip sets are short.
+  // Only the ends are decoded: contents can be long. The set is sorted because it can
+  // be long too (a client's text), and a linear search per character would be
+  // |s| x |chars| work.
   std::u32string set;
   if (chars) set = decode(*chars);
-  auto strippable = [&](char32_t c) { return chars ? set.find(c) != npos32 : is_space(c); };
+  std::sort(set.begin(), set.end());
+  auto strippable = [&](char32_t c) { return chars ? std::binary_search(set.begin(), set.end(), c) : is_space(c); };
   size_t begin = 0;
   size_t end = s.size();
   while (left && begin < end) {
@@ -390,13 +391,74 @@ std::string strip(std::string_view s, const std::optional<std::string>& chars, b
   return std::string(s.substr(begin, end - begin));
 }
 
+namespace {
+
+// Needles up to this long are searched with string_view (at most this many compares
+// per position, and its first-character scan is fast); longer ones with KMP.
+constexpr size_t kShortNeedle = 16;
+
+// Knuth-Morris-Pratt over sequences given by accessors, so one routine searches
+// forwards and (reading both sequences back to front) backwards: the index in `hay`
+// where `needle` first starts, or npos. O(hay + needle) time.
+template <typename HayAt, typename NeedleAt>
+size_t kmp_search(size_t hay_size, HayAt hay, size_t needle_size, NeedleAt needle) {
+  // border[i]: length of the longest proper prefix of needle[0..i] that is also its suffix.
+  std::vector<size_t> border(needle_size, 0);
+  for (size_t i = 1, k = 0; i < needle_size; ++i) {
+    while (k > 0 && needle(i) != needle(k)) k = border[k - 1];
+    if (needle(i) == needle(k)) ++k;
+    border[i] = k;
+  }
+  for (size_t i = 0, k = 0; i < hay_size; ++i) {
+    while (k > 0 && hay(i) != needle(k)) k = border[k - 1];
+    if (hay(i) == needle(k)) ++k;
+    if (k == needle_size) return i + 1 - needle_size;
+  }
+  return static_cast<size_t>(-1);
+}
+
+template <typename Char>
+size_t find_text_impl(std::basic_string_view<Char> hay, std::basic_string_view<Char> needle, size_t pos) {
+  using View = std::basic_string_view<Char>;
+  if (needle.size() <= kShortNeedle || pos > hay.size()) return hay.find(needle, pos);
+  const View window = hay.substr(pos);
+  const size_t hit = kmp_search(
+      window.size(), [&](size_t i) { return window[i]; }, needle.size(), [&](size_t i) { return needle[i]; });
+  return hit == static_cast<size_t>(-1) ? View::npos : pos + hit;
+}
+
+template <typename Char>
+size_t find_last_impl(std::basic_string_view<Char> hay, std::basic_string_view<Char> needle, size_t pos) {
+  using View = std::basic_string_view<Char>;
+  if (needle.size() <= kShortNeedle || needle.size() > hay.size()) return hay.rfind(needle, pos);
+  // The matches that start at or before pos lie in hay[0, pos + |needle|); search that
+  // window back to front for the needle back to front.
+  const View window = hay.substr(0, std::min(pos, hay.size() - needle.size()) + needle.size());
+  const size_t w = window.size();
+  const size_t m = needle.size();
+  const size_t hit = kmp_search(
+      w, [&](size_t i) { return window[w - 1 - i]; }, m, [&](size_t i) { return needle[m - 1 - i]; });
+  return hit == static_cast<size_t>(-1) ? View::npos : w - hit - m;
+}
+
+}  // namespace
+
+size_t find_text(std::string_view hay, std::string_view needle, size_t pos) { return find_text_impl(hay, needle, pos); }
+size_t find_text(std::u32string_view hay, std::u32string_view needle, size_t pos) {
+  return find_text_impl(hay, needle, pos);
+}
+size_t find_last(std::string_view hay, std::string_view needle, size_t pos) { return find_last_impl(hay, needle, pos); }
+size_t find_last(std::u32string_view hay, std::u32string_view needle, size_t pos) {
+  return find_last_impl(hay, needle, pos);
+}
+
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit) {
   std::vector<std::string> parts;
   if (sep) {
     if (sep->empty()) fail("empty separator: str.split() needs a non-empty separator or none");
     size_t pos = 0;
     while (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) {
-      const size_t hit = s.find(*sep, pos);
+      const size_t hit = find_text(s, *sep, pos);
       if (hit == std::string_view::npos) break;
       parts.emplace_back(s.substr(pos, hit - pos));
       pos = hit + sep->size();
@@ -429,7 +491,7 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
     size_t end = s.size();
     while (maxsplit < 0 || static_cast<int64_t>(parts.size()) < maxsplit) {
       if (end < sep->size()) break;
-      const size_t hit = s.rfind(*sep, end - sep->size());
+      const size_t hit = find_last(s, *sep, end - sep->size());
       if (hit == std::string_view::npos) break;
       parts.emplace_back(s.substr(hit + sep->size(), end - hit - sep->size()));
       end = hit;
@@ -494,7 +556,7 @@ std::string replace(std::string_view s, std::string_view old, std::string_view r
   size_t pos = 0;
   int64_t done = 0;
   while (count < 0 || done < count) {
-    const size_t hit = s.find(old, pos);
+    const size_t hit = find_text(s, old, pos);
     if (hit == std::string_view::npos) break;
     out.append(s.substr(pos, hit - pos));
     out.append(replacement);
@@ -517,7 +579,7 @@ int64_t find_in_window(std::string_view s, std::string_view sub, std::optional<i
   adjust_indices(static_cast<int64_t>(text.size()), start_in, end_in, start, end);
   if (start > static_cast<int64_t>(text.size()) || end - start < static_cast<int64_t>(needle.size())) return -1;
   const std::u32string_view window = std::u32string_view(text).substr(start, end - start);
-  const size_t hit = from_right ? window.rfind(needle) : window.find(needle);
+  const size_t hit = from_right ? find_last(window, needle) : find_text(window, needle);
   return hit == std::u32string_view::npos ? -1 : start + static_cast<int64_t>(hit);
 }
 }  // namespace
@@ -544,7 +606,7 @@ int64_t count(std::string_view s, std::string_view sub, std::optional<int64_t> s
   const std::u32string_view window = std::u32string_view(text).substr(start, end - start);
   int64_t n = 0;
   size_t pos = 0;
-  while ((pos = window.find(needle, pos)) != std::u32string_view::npos) {
+  while ((pos = find_text(window, needle, pos)) != std::u32string_view::npos) {
     ++n;
     pos += needle.size();
   }

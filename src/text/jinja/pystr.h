@@ -59,6 +59,16 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
 std::vector<std::string> splitlines(std::string_view s, bool keepends);
 
 // count < 0 replaces all. An empty `old` inserts `replacement` around every code point.
+// Where `needle` first occurs in `hay` at or after byte (or code point) `pos`, like
+// string_view::find, or npos; find_last is string_view::rfind (the last occurrence
+// starting at or before `pos`). Both take time linear in the text: string_view's
+// search compares the whole needle at each position, |hay| x |needle| work for a
+// needle like 'aaa...ab', and templates may search text a client sent.
+size_t find_text(std::string_view hay, std::string_view needle, size_t pos = 0);
+size_t find_text(std::u32string_view hay, std::u32string_view needle, size_t pos = 0);
+size_t find_last(std::string_view hay, std::string_view needle, size_t pos = std::string_view::npos);
+size_t find_last(std::u32string_view hay, std::u32string_view needle, size_t pos = std::u32string_view::npos);
+
 std::string replace(std::string_view s, std::string_view old, std::string_view replacement, int64_t count);
 
 // Code point index of the first/last occurrence within [start, end) (Python slice

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "text/jinja/pystr.h"
+#include "text/jinja/runtime.h"
 #include "util/error.h"
 
 namespace ernie::jinja {
@@ -119,14 +120,23 @@ Value* Dict::find(std::string_view key) {
 }
 
 void Dict::set(std::string key, Value value) {
-  const uint32_t depth = nesting_depth(value) + 1;
-  if (depth > kMaxValueDepth) fail("value nested more than ", kMaxValueDepth, " levels deep; expected flatter data");
-  depth_ = std::max(depth_, depth);
   if (Value* existing = find(key)) {
+    note_depth(value);
     *existing = std::move(value);
     return;
   }
+  append_new(std::move(key), std::move(value));
+}
+
+void Dict::append_new(std::string key, Value value) {
+  note_depth(value);
   entries_.emplace_back(std::move(key), std::move(value));
+}
+
+void Dict::note_depth(const Value& value) {
+  const uint32_t depth = nesting_depth(value) + 1;
+  if (depth > kMaxValueDepth) fail("value nested more than ", kMaxValueDepth, " levels deep; expected flatter data");
+  depth_ = std::max(depth_, depth);
 }
 
 Value Object::attribute(std::string_view name) const {
@@ -179,12 +189,20 @@ class PrintDepthGuard {
 };
 thread_local int PrintDepthGuard::depth_ = 0;
 
+// A list holding one sublist twice prints it twice, so a value built in a few steps can
+// print exponentially long: each piece is charged and the text capped as it grows.
+void append_printed(std::string& out, const std::string& piece) {
+  check_current_string(out.size() + piece.size());
+  charge_current_bytes(piece.size());
+  out += piece;
+}
+
 std::string repr_list(const List& list) {
   const bool tuple = list.is_tuple();
   std::string out(1, tuple ? '(' : '[');
   for (size_t i = 0; i < list.items.size(); ++i) {
     if (i > 0) out += ", ";
-    out += repr(list.items[i]);
+    append_printed(out, repr(list.items[i]));
   }
   if (tuple && list.items.size() == 1) out += ",";
   out.push_back(tuple ? ')' : ']');
@@ -197,9 +215,9 @@ std::string repr_dict(const Dict& dict) {
   for (const auto& [key, value] : dict.entries()) {
     if (!first) out += ", ";
     first = false;
-    out += pystr::repr(key);
+    append_printed(out, pystr::repr(key));
     out += ": ";
-    out += repr(value);
+    append_printed(out, repr(value));
   }
   out += "}";
   return out;
@@ -215,7 +233,7 @@ std::string to_str(const Value& v) {
     case Value::Type::Bool: return v.as_bool() ? "True" : "False";
     case Value::Type::Int: return std::to_string(v.as_int());
     case Value::Type::Float: return pystr::format_float(v.as_double());
-    case Value::Type::String: return v.as_string();
+    case Value::Type::String: charge_current_bytes(v.as_string().size()); return v.as_string();
     case Value::Type::List: return repr_list(v.as_list());
     case Value::Type::Dict: return repr_dict(v.as_dict());
     case Value::Type::Iterator: return str_cat("<", v.as_iterator().type_name, " object>");
@@ -228,6 +246,7 @@ std::string repr(const Value& v) {
   switch (v.type()) {
     case Value::Type::Undefined: return "Undefined";
     case Value::Type::String:
+      charge_current_bytes(v.as_string().size());
       return v.is_markup() ? "Markup(" + pystr::repr(v.as_string()) + ")" : pystr::repr(v.as_string());
     default: return to_str(v);
   }
@@ -292,11 +311,16 @@ bool equals(const Value& a, const Value& b) {
   if (a.type() != b.type()) return false;
   switch (a.type()) {
     case Value::Type::None: return true;
-    case Value::Type::String: return a.as_string() == b.as_string();
+    case Value::Type::String:
+      if (a.as_string().size() != b.as_string().size()) return false;
+      charge_current_bytes(a.as_string().size());
+      return a.as_string() == b.as_string();
     case Value::Type::List: {
       const List& x = a.as_list();
       const List& y = b.as_list();
       if (x.is_tuple() != y.is_tuple() || x.items.size() != y.items.size()) return false;
+      // Items compare one by one, and shared sublists are compared again each time.
+      charge_current_steps(x.items.size());
       for (size_t i = 0; i < x.items.size(); ++i) {
         if (!equals(x.items[i], y.items[i])) return false;
       }
@@ -306,6 +330,8 @@ bool equals(const Value& a, const Value& b) {
       const Dict& x = a.as_dict();
       const Dict& y = b.as_dict();
       if (x.size() != y.size()) return false;
+      // Each key is looked up in the other dict, a linear search.
+      charge_current_steps(x.size() * x.size());
       for (const auto& [key, value] : x.entries()) {
         const Value* other = y.find(key);
         if (!other || !equals(value, *other)) return false;
@@ -321,12 +347,14 @@ int compare(const Value& a, const Value& b) {
   if (b.is_undefined()) fail_undefined(b);
   if (a.is_number() && b.is_number()) return compare_numbers(a, b);
   if (a.is_string() && b.is_string()) {
+    charge_current_bytes(std::min(a.as_string().size(), b.as_string().size()));
     const int c = a.as_string().compare(b.as_string());
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
   if (a.is_list() && b.is_list() && a.as_list().is_tuple() == b.as_list().is_tuple()) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
+    charge_current_steps(std::min(x.size(), y.size()));
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (!equals(x[i], y[i])) return compare(x[i], y[i]);
     }
@@ -338,7 +366,10 @@ int compare(const Value& a, const Value& b) {
 std::optional<size_t> length(const Value& v) {
   switch (v.type()) {
     case Value::Type::Undefined: return 0;
-    case Value::Type::String: return pystr::length(v.as_string());
+    case Value::Type::String:
+      // Python knows a str's length; we count its UTF-8 characters.
+      charge_current_bytes(v.as_string().size());
+      return pystr::length(v.as_string());
     case Value::Type::List: return v.as_list().items.size();
     case Value::Type::Dict: return v.as_dict().size();
     case Value::Type::Object: return v.as_object().length();
@@ -363,6 +394,9 @@ std::vector<Value> iterate(const Value& v) {
     case Value::Type::String: {
       std::vector<Value> chars;
       const std::string& s = v.as_string();
+      // One value per character: cap before allocating them all.
+      check_current_list(pystr::is_ascii(s) ? s.size() : pystr::length(s));
+      charge_current_bytes(s.size());
       if (pystr::is_ascii(s)) {
         for (char ch : s) chars.emplace_back(std::string(1, ch));
       } else {
@@ -374,8 +408,9 @@ std::vector<Value> iterate(const Value& v) {
       }
       return chars;
     }
-    case Value::Type::List: return v.as_list().items;
+    case Value::Type::List: charge_current_steps(v.as_list().items.size()); return v.as_list().items;
     case Value::Type::Dict: {
+      charge_current_steps(v.as_dict().size());
       std::vector<Value> keys;
       keys.reserve(v.as_dict().size());
       for (const auto& entry : v.as_dict().entries()) keys.emplace_back(entry.first);

@@ -151,12 +151,17 @@ class Dict {
   Value* find(std::string_view key);
   // Replaces the value of an existing key in place, or appends.
   void set(std::string key, Value value);
+  // Appends a key the caller knows is new (a JSON object's keys are unique), skipping
+  // set()'s linear search, which would make a big JSON object quadratic to convert.
+  void append_new(std::string key, Value value);
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
   const std::vector<Entry>& entries() const { return entries_; }
   uint32_t depth() const { return depth_; }
 
  private:
+  void note_depth(const Value& value);  // throws past kMaxValueDepth
+
   std::vector<Entry> entries_;
   uint32_t depth_ = 1;
 };

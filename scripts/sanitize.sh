@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the server and the unit tests of the serving path with AddressSanitizer and
+# UndefinedBehaviorSanitizer into build-asan/, runs those tests, then the reliability
+# suite (tests/reliability: hostile clients, shutdown under load, the soak) against the
+# sanitized server. Any report fails the run.
+#   scripts/sanitize.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+build=build-asan
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DERNIE_SANITIZE=ON -DERNIE_WERROR=ON \
+  -DERNIE_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build "$build" --target ernie util_test engine_test serving_test -j"$(nproc)"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+for suite in util_test engine_test serving_test; do
+  "$build/tests/$suite" --gtest_brief=1
+done
+npm ci --prefix tests/e2e --no-audit --no-fund --loglevel=error
+# Smaller soak: the sanitized server is several times slower.
+ERNIE_BINARY="$PWD/$build/src/ernie" ERNIE_E2E_MODEL="$(cd ../shared/golden/models/tiny-dense && pwd)" \
+  ERNIE_E2E_LOG_DIR="$PWD/$build/e2e-logs" ERNIE_SOAK_REQUESTS=500 ERNIE_SOAK_CLIENTS=50 ERNIE_SOAK_CHECK_RSS=0 \
+  node --test --test-concurrency=1 tests/reliability/hostile.test.mjs tests/reliability/soak.test.mjs
+echo "sanitize.sh: no sanitizer reports"

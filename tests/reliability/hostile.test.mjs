@@ -27,6 +27,9 @@ async function smallFinishesFirst(baseURL, big, small) {
 // /health must answer at once while the hostile request runs. The issue asks for 100 ms;
 // the bound on the worst probe leaves room for a loaded CI machine.
 function assertHealthy(latencies, what) {
+  console.log(`/health during ${what.slice(0, 60)}: ${latencies.length} probes, p50 ` +
+              `${percentile(latencies, 0.5).toFixed(1)} ms, p90 ${percentile(latencies, 0.9).toFixed(1)} ms, ` +
+              `worst ${Math.max(...latencies).toFixed(1)} ms`);
   assert.ok(percentile(latencies, 0.9) < 100, `${what}: /health p90 ${percentile(latencies, 0.9)} ms`);
   assert.ok(Math.max(...latencies) < 1000, `${what}: /health worst ${Math.max(...latencies)} ms`);
 }

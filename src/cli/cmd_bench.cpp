@@ -119,7 +119,7 @@ int bench_command(int argc, char** argv) {
       fail("--concurrency, --num-prompts, --input-len and --output-len must be at least 1");
     if (!args.has("max-num-seqs")) config.max_num_seqs = static_cast<int>(concurrency);
     config.max_model_len = std::max(config.max_model_len, input_len + output_len);
-    LoadedEngine engine = load_engine(args.get("model"), config, thread_count_from_flag(args.get_int("threads")));
+    LoadedEngine engine = load_engine(resolve_model_path(args.get("model")), config, thread_count_from_flag(args.get_int("threads")));
     const int vocab = engine.model->config().vocab_size;
     // Warm-up: one short request pages the weights in.
     Stopwatch warm_clock;
@@ -169,7 +169,7 @@ int bench_command(int argc, char** argv) {
     // The prompt test computes the whole prompt in one step, as llama-bench's batch does.
     if (!args.has("max-num-batched-tokens")) config.max_num_batched_tokens = std::max<int64_t>(pp, 512);
     config.prefix_caching = false;  // a repeated prompt must be recomputed, not served from the cache
-    LoadedEngine engine = load_engine(args.get("model"), config, thread_count_from_flag(args.get_int("threads")));
+    LoadedEngine engine = load_engine(resolve_model_path(args.get("model")), config, thread_count_from_flag(args.get_int("threads")));
     const int vocab = engine.model->config().vocab_size;
     // Warm-up, as llama-bench does: one prompt of the measured length pages the weights
     // in and sizes the step buffers, so the first repetition is not charged for it.

@@ -48,8 +48,9 @@ int logits_command(int argc, char** argv) {
   const std::vector<int32_t> ids = parse_id_list(args.get("ids"));
   const std::string out_path = args.get("out");
   ThreadPool pool(thread_count_from_flag(args.get_int("threads")));
-  auto model = load_model_reporting(args.get("model"), pool,
-                                    quantization_from_flag(args.get("model"), args.get_optional("quantization").value_or("")));
+  const std::string model_dir = resolve_model_path(args.get("model"));
+  auto model = load_model_reporting(model_dir, pool,
+                                    quantization_from_flag(model_dir, args.get_optional("quantization").value_or("")));
   auto cache = model->new_kv_cache();
 
   const std::vector<float> logits = model->forward(single_sequence_batch(*cache, ids, 0, /*all_rows=*/true));

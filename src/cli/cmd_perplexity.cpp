@@ -37,7 +37,7 @@ int perplexity_command(int argc, char** argv) {
   const std::string text = read_text_file(path);
   const int64_t context = args.get_int("context");
 
-  const std::string model_dir = args.get("model");
+  const std::string model_dir = resolve_model_path(args.get("model"));
   const Tokenizer tokenizer = Tokenizer::load(model_dir);
   // Special-token strings in the text are plain text here, as in any corpus.
   const std::vector<int32_t> tokens = tokenizer.encode(text, /*parse_special=*/false);

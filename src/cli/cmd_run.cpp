@@ -34,7 +34,7 @@ int run_command(int argc, char** argv) {
     std::fputs(parser.help_text().c_str(), stdout);
     return 0;
   }
-  const std::string model_dir = args.get("model");
+  const std::string model_dir = resolve_model_path(args.get("model"));
   const std::string prompt = args.get("prompt");
   const int64_t max_tokens = args.get_int("max-tokens");
   if (max_tokens < 1 || max_tokens > INT32_MAX) fail("--max-tokens must be at least 1, got ", max_tokens);

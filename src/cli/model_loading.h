@@ -10,6 +10,11 @@
 
 namespace ernie {
 
+// Finds a model: a directory as given, or a hub name ("baidu/ERNIE-4.5-0.3B-PT") in the
+// local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub).
+// Every command that takes --model resolves it here; nothing is downloaded.
+std::string resolve_model_path(const std::string& model);
+
 std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, ThreadPool& pool,
                                                  const QuantizationPlan& quantization = {});
 

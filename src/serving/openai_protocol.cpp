@@ -91,7 +91,28 @@ std::vector<std::string> string_or_list(const json& body, const char* key) {
   return items;
 }
 
+// FastDeploy's prompt_token_ids: one list of ids or a batch of lists. It takes priority
+// over "prompt" and "messages", which may then be empty.
+std::vector<std::vector<int32_t>> prompt_token_id_lists(const json& value) {
+  if (!value.is_array() || value.empty())
+    invalid_field("prompt_token_ids", "\"prompt_token_ids\" must be a non-empty list of token ids, or a list of such lists");
+  if (!value.at(0).is_array()) return {token_list(value, "prompt_token_ids")};
+  if (value.size() > kMaxPromptsPerRequest)
+    invalid_field("prompt_token_ids", "\"prompt_token_ids\" holds " + std::to_string(value.size()) +
+                                          " prompts; the limit is " + std::to_string(kMaxPromptsPerRequest) + " per request");
+  std::vector<std::vector<int32_t>> lists;
+  for (const json& item : value) {
+    lists.push_back(token_list(item, "prompt_token_ids"));
+    if (lists.back().empty()) invalid_field("prompt_token_ids", "\"prompt_token_ids\" holds an empty list");
+  }
+  return lists;
+}
+
 void parse_prompt(const json& body, OpenAiRequest& request) {
+  if (present(body, "prompt_token_ids")) {
+    request.prompt_ids = prompt_token_id_lists(body.at("prompt_token_ids"));
+    return;
+  }
   if (!present(body, "prompt")) invalid_field("prompt", "\"prompt\" is required");
   const json& prompt = body.at("prompt");
   if (prompt.is_string()) {
@@ -162,9 +183,11 @@ void parse_tools(const json& body, OpenAiRequest& request) {
 }
 
 void parse_messages(const json& body, OpenAiRequest& request) {
-  if (!present(body, "messages")) invalid_field("messages", "\"messages\" is required");
-  const json& messages = body.at("messages");
-  if (!messages.is_array() || messages.empty()) invalid_field("messages", "\"messages\" must be a non-empty list");
+  const bool ids_given = present(body, "prompt_token_ids");
+  if (!present(body, "messages") && !ids_given) invalid_field("messages", "\"messages\" is required");
+  const json& messages = present(body, "messages") ? body.at("messages") : json::array();
+  if (!messages.is_array() || (messages.empty() && !ids_given))
+    invalid_field("messages", "\"messages\" must be a non-empty list");
   for (const json& message : messages) {
     if (!message.is_object() || !message.contains("role") || !message.at("role").is_string())
       invalid_field("messages", "every message needs a string \"role\", got " + message.dump());
@@ -190,7 +213,7 @@ void parse_messages(const json& body, OpenAiRequest& request) {
     request.chat_template = body.at("chat_template").get<std::string>();
   }
   request.disable_chat_template = bool_field(body, "disable_chat_template", false);
-  if (present(body, "prompt_token_ids")) request.prompt_token_ids = token_list(body.at("prompt_token_ids"), "prompt_token_ids");
+  if (ids_given) request.prompt_token_ids = prompt_token_id_lists(body.at("prompt_token_ids"));
 }
 
 void parse_sampling(const json& body, const RequestDefaults& defaults, OpenAiRequest& request) {
@@ -364,6 +387,7 @@ OpenAiRequest parse_openai_request(ApiKind kind, const std::string& body_text, c
     if (!request.stream) invalid_field("stream_options", "\"stream_options\" is only allowed with \"stream\": true");
     if (!options.is_object()) invalid_field("stream_options", "\"stream_options\" must be an object");
     request.include_usage = bool_field(options, "include_usage", true);
+    request.continuous_usage = bool_field(options, "continuous_usage_stats", false);
   }
   request.return_token_ids = bool_field(body, "return_token_ids", false);
   if (auto per_chunk = int_field(body, "max_streaming_response_tokens")) {

@@ -56,6 +56,7 @@ struct OpenAiRequest {
   std::string request_id;  // the client's "request_id", if any
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats: usage on every chunk
   bool return_token_ids = false;
   int max_streaming_response_tokens = 1;
   bool echo = false;  // completions
@@ -75,7 +76,8 @@ struct OpenAiRequest {
   ordered_json chat_template_kwargs = ordered_json::object();
   std::string chat_template;  // per-request override
   bool disable_chat_template = false;
-  std::optional<std::vector<int32_t>> prompt_token_ids;  // skip templating and tokenizing
+  // Chat: skip templating and tokenizing; one choice per list.
+  std::optional<std::vector<std::vector<int32_t>>> prompt_token_ids;
 };
 
 // Parses a request body; throws ApiException naming the bad field.

@@ -70,7 +70,8 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
   struct Choice {
     std::string engine_id;
     std::vector<int32_t> prompt_ids;
-    std::string prompt_text;  // for echo
+    std::string prompt_text;  // for echo, and prompt_tokens with return_token_ids
+    std::string raw_text;   // everything generated, before any parser (completion_tokens)
     std::string text;       // content (all the text when no parser runs)
     std::string reasoning;  // reasoning_content
     std::vector<ParsedToolCall> tool_calls;
@@ -114,17 +115,30 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       if (auto alive = weak.lock()) alive->on_disconnect();
     });
     if (request_.stream) {
-      stream_ = responder_->start_stream(200, "text/event-stream");
+      // The charset matters: without it Python's requests reads the stream as
+      // ISO-8859-1 and splits multi-byte characters.
+      stream_ = responder_->start_stream(200, "text/event-stream; charset=utf-8");
       stream_->on_disconnect([self] { self->on_disconnect(); });
+      // The first chunk of each choice carries the prompt's ids (FastDeploy): the chat
+      // role, or for completions the echoed prompt or an empty text.
       std::vector<ordered_json> first;
       for (size_t i = 0; i < choices_.size(); ++i) {
+        const Choice& choice = choices_[i];
+        ordered_json entry = {{"index", i}};
         if (request_.kind == ApiKind::kChat) {
           ordered_json delta = {{"role", "assistant"}, {"content", ""}};
-          if (request_.return_token_ids) delta["prompt_token_ids"] = choices_[i].prompt_ids;
-          first.push_back({{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
-        } else if (request_.echo) {
-          first.push_back({{"index", i}, {"text", choices_[i].prompt_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+          if (choice.parser && service_.config_.reasoning_parser != ReasoningParser::kNone) delta["reasoning_content"] = "";
+          add_token_fields(delta, &choice.prompt_ids, &choice.prompt_text, nullptr, nullptr);
+          entry["delta"] = std::move(delta);
+        } else if (request_.echo || request_.return_token_ids) {
+          entry["text"] = request_.echo ? choice.prompt_text : "";
+          add_token_fields(entry, &choice.prompt_ids, &choice.prompt_text, nullptr, nullptr);
+        } else {
+          continue;
         }
+        entry["logprobs"] = nullptr;
+        entry["finish_reason"] = nullptr;
+        first.push_back(std::move(entry));
       }
       if (!first.empty()) write_chunk(first);
     }
@@ -163,12 +177,24 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
                           {"created", created_},
                           {"model", model_name_},
                           {"choices", entries}};
+    if (request_.continuous_usage) chunk["usage"] = usage_json(usage());  // the counts so far
     stream_->write("data: " + dump_json(chunk) + "\n\n");
+  }
+
+  // FastDeploy's token fields: present in every message, choice and delta, null unless
+  // return_token_ids asked for them (or when this piece has none of that kind).
+  void add_token_fields(ordered_json& target, const std::vector<int32_t>* prompt_ids, const std::string* prompt_text,
+                        const std::vector<int32_t>* completion_ids, const std::string* completion_text) const {
+    const bool show = request_.return_token_ids;
+    target["prompt_token_ids"] = show && prompt_ids ? ordered_json(*prompt_ids) : ordered_json(nullptr);
+    target["completion_token_ids"] = show && completion_ids ? ordered_json(*completion_ids) : ordered_json(nullptr);
+    target["prompt_tokens"] = show && prompt_text ? ordered_json(*prompt_text) : ordered_json(nullptr);
+    target["completion_tokens"] = show && completion_text ? ordered_json(*completion_text) : ordered_json(nullptr);
   }
 
   // `first_call_index`: the position of delta.tool_calls[0] among the choice's calls.
   ordered_json delta_entry(size_t index, const ParsedDelta& parsed, size_t first_call_index, const std::vector<int32_t>& tokens,
-                           const std::vector<LogprobEntry>& logprobs) const {
+                           const std::string& raw_text, const std::vector<LogprobEntry>& logprobs) const {
     const std::string& text = parsed.content;
     ordered_json entry = {{"index", index}};
     if (request_.kind == ApiKind::kChat) {
@@ -184,12 +210,12 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
         }
         delta["tool_calls"] = std::move(calls);
       }
-      if (request_.return_token_ids) delta["completion_token_ids"] = tokens;
+      add_token_fields(delta, nullptr, nullptr, &tokens, &raw_text);
       entry["delta"] = delta;
       entry["logprobs"] = request_.logprobs ? chat_logprobs_json(logprobs) : ordered_json(nullptr);
     } else {
       entry["text"] = text;
-      if (request_.return_token_ids) entry["completion_token_ids"] = tokens;
+      add_token_fields(entry, nullptr, nullptr, &tokens, &raw_text);
       entry["logprobs"] = request_.logprobs ? completion_logprobs_json(logprobs, 0) : ordered_json(nullptr);
     }
     entry["finish_reason"] = nullptr;
@@ -248,6 +274,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
         parsed.content = output.text;
       }
       const size_t first_call_index = choice.tool_calls.size();
+      choice.raw_text += output.text;
       choice.text += parsed.content;
       choice.reasoning += parsed.reasoning;
       choice.tool_calls.insert(choice.tool_calls.end(), parsed.tool_calls.begin(), parsed.tool_calls.end());
@@ -262,7 +289,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
           !parsed.empty() ||
           (!output.token_ids.empty() && (!choice.parser || request_.return_token_ids || request_.logprobs));
       if (request_.stream && !disconnected_ && worth_sending) {
-        choice.pending.push_back(delta_entry(index, parsed, first_call_index, output.token_ids, logprobs));
+        choice.pending.push_back(delta_entry(index, parsed, first_call_index, output.token_ids, output.text, logprobs));
       }
       if (request_.stream && !disconnected_) flush_stream_entries(index, output.finished());
     }
@@ -277,7 +304,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     Choice& choice = choices_[index];
     if (finished) {
       // The finish reason rides on the last delta, or on an empty one.
-      if (choice.pending.empty()) choice.pending.push_back(delta_entry(index, {}, 0, {}, {}));
+      if (choice.pending.empty()) choice.pending.push_back(delta_entry(index, {}, 0, {}, {}, {}));
       choice.pending.back()["finish_reason"] = finish_text(choice);
     }
     if (choice.pending.empty()) return;
@@ -339,26 +366,24 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       if (request_.kind == ApiKind::kChat) {
         ordered_json message = {{"role", "assistant"}, {"content", choice.text}};
         if (choice.text.empty() && !choice.tool_calls.empty()) message["content"] = nullptr;
-        if (choice.parser && service_.config_.reasoning_parser != ReasoningParser::kNone) message["reasoning_content"] = choice.reasoning;
+        // Always present, as in FastDeploy's messages: null without a reasoning parser.
+        message["reasoning_content"] = choice.parser && service_.config_.reasoning_parser != ReasoningParser::kNone
+                                           ? ordered_json(choice.reasoning)
+                                           : ordered_json(nullptr);
         if (!choice.tool_calls.empty()) {
           ordered_json calls = ordered_json::array();
           for (const ParsedToolCall& call : choice.tool_calls) calls.push_back(tool_call_json(call));
           message["tool_calls"] = std::move(calls);
         }
-        if (request_.return_token_ids) {
-          message["prompt_token_ids"] = choice.prompt_ids;
-          message["completion_token_ids"] = choice.token_ids;
-        }
+        add_token_fields(message, &choice.prompt_ids, &choice.prompt_text, &choice.token_ids, &choice.raw_text);
         entry["message"] = message;
         entry["logprobs"] = request_.logprobs ? chat_logprobs_json(choice.logprobs) : ordered_json(nullptr);
       } else {
         const std::string prefix = request_.echo ? choice.prompt_text : "";
         entry["text"] = prefix + choice.text;
-        if (request_.return_token_ids) {
-          entry["prompt_token_ids"] = choice.prompt_ids;
-          entry["completion_token_ids"] = choice.token_ids;
-        }
+        add_token_fields(entry, &choice.prompt_ids, &choice.prompt_text, &choice.token_ids, &choice.raw_text);
         entry["logprobs"] = request_.logprobs ? completion_logprobs_json(choice.logprobs, prefix.size()) : ordered_json(nullptr);
+        entry["prompt_logprobs"] = nullptr;  // FastDeploy's field; prompt logprobs are not computed here
       }
       entry["finish_reason"] = finish_text(choice);
       choices.push_back(entry);
@@ -586,7 +611,7 @@ std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest
     for (const std::string& text : request.prompt_texts) prompts.push_back(tokenizer_.encode(text));
     return prompts;
   }
-  if (request.prompt_token_ids) return {*request.prompt_token_ids};
+  if (request.prompt_token_ids) return *request.prompt_token_ids;
   if (request.disable_chat_template) {
     const ordered_json& content = request.messages.at(0).contains("content") ? request.messages.at(0).at("content") : ordered_json();
     if (!content.is_string()) invalid_field("messages", "with disable_chat_template, messages[0].content must be the prompt string");
@@ -635,6 +660,9 @@ void OpenAiService::finalize_params(OpenAiRequest& request, size_t prompt_length
                   "Input text is too long, input_ids_len (" + std::to_string(length) + ") + min_tokens(" +
                       std::to_string(request.params.min_tokens) + ") >= max_model_len(" + std::to_string(max_model_len) + ")");
   const int64_t room = max_model_len - length;
+  if (request.max_tokens && *request.max_tokens >= max_model_len)
+    invalid_field("max_tokens", "max_tokens must be in [1, max_model_len) = [1, " + std::to_string(max_model_len) +
+                                    "), got " + std::to_string(*request.max_tokens));
   // Absent: all the room left; larger than the room: clipped (FastDeploy does both).
   request.params.max_tokens = static_cast<int>(std::min<int64_t>(request.max_tokens.value_or(room), room));
   if (request.logprobs && !config_.enable_logprob)
@@ -651,7 +679,10 @@ void OpenAiService::finalize_params(OpenAiRequest& request, size_t prompt_length
   try {
     validate_sampling_params(request.params, model_.vocab_size);
   } catch (const Error& error) {
-    throw ApiException{{400, error.what(), "invalid_request_error", ""}};
+    // The sampler's messages start with the field they are about ("top_p must lie ...").
+    const std::string message = error.what();
+    const size_t end = message.find_first_not_of("abcdefghijklmnopqrstuvwxyz_");
+    throw ApiException{{400, message, "invalid_request_error", message.substr(0, end)}};
   }
 }
 
@@ -660,8 +691,10 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
   metrics_.request_received();
   try {
     OpenAiRequest request = parse_openai_request(kind, http.body, defaults_);
-    if (!request.model.empty() && request.model != config_.model_name && request.model != "default" &&
-        request.model != config_.model_dir)
+    // As FastDeploy: any name reaches the loaded model (clients often send a fixed one),
+    // unless --served-model-name says which names the server answers to.
+    if (config_.model_name_served && !request.model.empty() && request.model != config_.model_name &&
+        request.model != "default")
       throw ApiException{{404, "The model `" + request.model + "` does not exist; this server serves `" +
                                    config_.model_name + "`", "invalid_request_error", "model"}};
     std::string rendered;
@@ -690,7 +723,13 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
       ResponseAssembler::Choice choice;
       choice.engine_id = engine_id + "-" + std::to_string(i);
       choice.prompt_ids = prompts[i];
-      if (request.echo) choice.prompt_text = i < request.prompt_texts.size() ? request.prompt_texts[i] : tokenizer_.decode(prompts[i]);
+      // The prompt as text, for echo and for prompt_tokens: what the client sent or the
+      // template rendered, else the decoded ids.
+      if (request.echo || request.return_token_ids) {
+        if (kind == ApiKind::kCompletion && i < request.prompt_texts.size()) choice.prompt_text = request.prompt_texts[i];
+        else if (kind == ApiKind::kChat && !rendered.empty()) choice.prompt_text = rendered;
+        else choice.prompt_text = tokenizer_.decode(prompts[i], false);
+      }
       const bool parse_tool_calls = config_.tool_call_parser != ToolCallParser::kNone && !request.tools.is_null() && !request.tool_choice_none;
       if (kind == ApiKind::kChat && (config_.reasoning_parser != ReasoningParser::kNone || parse_tool_calls)) {
         const OutputSection start = initial_section(config_.reasoning_parser, prompts[i], markers_);

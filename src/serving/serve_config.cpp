@@ -155,33 +155,6 @@ void announce_environment() {
 
 }  // namespace
 
-std::string resolve_model_path(const std::string& model) {
-  if (fs::is_directory(model)) return model;
-  // A hub name: models--{org}--{name}/snapshots/<revision>/ in the Hugging Face cache.
-  if (model.find('/') != std::string::npos && model.find("..") == std::string::npos && model.front() != '/' &&
-      model.front() != '.') {
-    std::vector<std::string> caches;
-    if (const char* hub = std::getenv("HF_HUB_CACHE")) caches.push_back(hub);
-    if (const char* home = std::getenv("HF_HOME")) caches.push_back(std::string(home) + "/hub");
-    if (const char* home = std::getenv("HOME")) caches.push_back(std::string(home) + "/.cache/huggingface/hub");
-    std::string folder = "models--" + model;
-    for (size_t at = folder.find('/'); at != std::string::npos; at = folder.find('/')) folder.replace(at, 1, "--");
-    for (const std::string& cache : caches) {
-      const fs::path snapshots = fs::path(cache) / folder / "snapshots";
-      if (!fs::is_directory(snapshots)) continue;
-      // Prefer the revision refs/main points at, else any snapshot with a config.
-      std::ifstream ref(fs::path(cache) / folder / "refs" / "main");
-      std::string revision;
-      if (ref >> revision && fs::exists(snapshots / revision / "config.json")) return (snapshots / revision).string();
-      for (const auto& entry : fs::directory_iterator(snapshots))
-        if (fs::exists(entry.path() / "config.json")) return entry.path().string();
-    }
-    fail("--model ", model, " is neither a directory nor in the local Hugging Face cache (looked for ", folder,
-         " under $HF_HUB_CACHE, $HF_HOME/hub and ~/.cache/huggingface/hub); nothing is downloaded");
-  }
-  fail("--model ", model, " is not a directory");
-}
-
 std::string default_model_dir() {
   // From the checkout the binary was built in, or from models/ below the working directory.
   const std::vector<std::filesystem::path> candidates = {std::filesystem::path("models") / kDefaultModelName,
@@ -221,9 +194,11 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   if (args.has("model")) {
     config.model_dir = resolve_model_path(args.get("model"));
     config.model_name = args.get_optional("served-model-name").value_or(args.get("model"));
+    config.model_name_served = args.has("served-model-name");
   } else {
     config.model_dir = default_model_dir();
     config.model_name = args.get_optional("served-model-name").value_or(kDefaultModelName);
+    config.model_name_served = args.has("served-model-name");
     log_info("no --model: serving the shipped ", kDefaultModelName, " from ", config.model_dir);
   }
   config.tokenizer_dir = args.has("tokenizer") ? resolve_model_path(args.get("tokenizer")) : config.model_dir;

@@ -16,6 +16,7 @@ namespace ernie {
 struct ServeConfig {
   std::string model_dir;              // resolved local directory
   std::string model_name;             // --served-model-name, else --model as given
+  bool model_name_served = false;     // --served-model-name given: requests must name it
   std::string tokenizer_dir;          // --tokenizer, else the model directory
   std::string host = "0.0.0.0";
   int port = 8000;
@@ -42,8 +43,5 @@ inline constexpr const char* kDefaultModelName = "ernie-4.5-kjv-dense";
 // Its directory; throws ernie::Error naming where it looked when it is absent.
 std::string default_model_dir();
 
-// Finds a model: a directory as given, or a hub name ("baidu/ERNIE-4.5-0.3B-PT") in the
-// local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub).
-std::string resolve_model_path(const std::string& model);
 
 }  // namespace ernie

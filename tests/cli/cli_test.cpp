@@ -72,6 +72,28 @@ TEST(CliTest, SynthThenRunGeneratesText) {
   EXPECT_THAT(log.output, HasSubstr("peak RSS"));
 }
 
+// Every command that takes --model resolves a hub name in the local Hugging Face cache,
+// as `ernie serve` does (issue 13, item 10).
+TEST(CliTest, EveryCommandFindsAHubNameInTheLocalCache) {
+  TempDir temp;
+  const std::string repo = temp.file("hub/models--baidu--ERNIE-4.5-tiny");
+  std::filesystem::create_directories(repo + "/snapshots");
+  std::filesystem::create_directory_symlink(testing::golden_model_dir("tiny-dense"), repo + "/snapshots/rev1");
+  const std::string env = "HF_HUB_CACHE=" + temp.file("hub") + " ";
+  testing::write_file(temp.file("text.txt"), "In the beginning God created the heaven and the earth.");
+  const std::string model = " --model baidu/ERNIE-4.5-tiny";
+  for (const std::string& command : {"run" + model + " --prompt x --max-tokens 2",
+                                    "logits" + model + " --ids 5,17 --out " + temp.file("logits.bin"),
+                                    "perplexity" + model + " --file " + temp.file("text.txt") + " --context 16",
+                                    "bench" + model + " --pp 8 --tg 2 --repetitions 1"}) {
+    const auto result = run_shell(env + ernie(command));
+    EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
+  }
+  const auto missing = run_shell(env + ernie("run --model baidu/absent --prompt x"));
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_THAT(missing.output, HasSubstr("local Hugging Face cache"));
+}
+
 TEST(CliTest, LogitsCommandReproducesAGoldenCase) {
   TempDir temp;
   const std::string golden = testing::shared_dir() + "/golden/tiny-moe";
@@ -211,7 +233,7 @@ TEST_F(BrokenCheckpointTest, BadJsonInConfigAndHeader) {
 }
 
 TEST_F(BrokenCheckpointTest, MissingDirectoryAndTokenizer) {
-  expect_one_error_line(run_shell(ernie("logits --model " + temp_.file("none") + " --ids 1 --out x")), "config.json");
+  expect_one_error_line(run_shell(ernie("logits --model " + temp_.file("none") + " --ids 1 --out x")), "is not a directory");
   expect_one_error_line(run_shell(ernie("run --model " + dir_ + " --prompt hi")), "tokenizer");
 }
 

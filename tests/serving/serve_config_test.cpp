@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cli/model_loading.h"
 #include "support/test_support.h"
 #include "util/error.h"
 

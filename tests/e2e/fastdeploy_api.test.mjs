@@ -1,0 +1,125 @@
+// FastDeploy's API extras (issue 13): token ids in responses, prompt_token_ids as input,
+// usage on every chunk, the stream's charset, validation as FastDeploy answers it, and
+// model names.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { startServer } from './server.mjs';
+
+let server;
+let client;
+const messages = [{ role: 'user', content: 'In the beginning' }];
+
+before(async () => {
+  server = await startServer([]);
+  client = new OpenAI({ apiKey: 'unused', baseURL: `${server.baseURL}/v1`, maxRetries: 0 });
+});
+after(async () => { await server.stop(); });
+
+const post = (path, body) => fetch(`${server.baseURL}${path}`, {
+  method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+});
+
+async function events(response) {
+  const text = await response.text();
+  return text.split('\n\n').filter((e) => e.startsWith('data: ') && e !== 'data: [DONE]').map((e) => JSON.parse(e.slice(6)));
+}
+
+test('token ids and their text come back when asked, and are null otherwise', async () => {
+  const chat = await client.chat.completions.create({ model: 'default', messages, max_tokens: 5, return_token_ids: true });
+  const message = chat.choices[0].message;
+  assert.ok(Array.isArray(message.prompt_token_ids) && message.prompt_token_ids.length === chat.usage.prompt_tokens);
+  assert.equal(message.completion_token_ids.length, chat.usage.completion_tokens);
+  assert.match(message.prompt_tokens, /In the beginning/, 'the rendered prompt');
+  assert.equal(typeof message.completion_tokens, 'string');
+  assert.equal(message.reasoning_content, null, 'present, null without a reasoning parser');
+  const plain = await client.chat.completions.create({ model: 'default', messages, max_tokens: 2 });
+  for (const key of ['prompt_token_ids', 'completion_token_ids', 'prompt_tokens', 'completion_tokens', 'reasoning_content']) {
+    assert.ok(key in plain.choices[0].message, key);
+    assert.equal(plain.choices[0].message[key], null, key);
+  }
+  const completion = await client.completions.create({ model: 'default', prompt: 'And God said', max_tokens: 4,
+                                                       return_token_ids: true });
+  const choice = completion.choices[0];
+  assert.equal(choice.prompt_tokens, 'And God said');
+  assert.equal(choice.prompt_token_ids.length, completion.usage.prompt_tokens);
+  assert.equal(choice.completion_token_ids.length, completion.usage.completion_tokens);
+  assert.equal(choice.completion_tokens, choice.text);
+  assert.ok('prompt_logprobs' in choice && choice.prompt_logprobs === null);
+});
+
+test('streams carry the prompt ids first and the completion ids after', async () => {
+  const chat = await events(await post('/v1/chat/completions',
+                                       { messages, max_tokens: 6, ignore_eos: true, stream: true, return_token_ids: true }));
+  const first = chat[0].choices[0].delta;
+  assert.ok(first.prompt_token_ids.length > 0);
+  assert.equal(first.completion_token_ids, null);
+  const later = chat.slice(1).filter((chunk) => chunk.choices.length);
+  for (const chunk of later) assert.equal(chunk.choices[0].delta.prompt_token_ids, null);
+  assert.equal(later.flatMap((chunk) => chunk.choices[0].delta.completion_token_ids ?? []).length, 6);
+  const completion = await events(await post('/v1/completions',
+                                             { prompt: 'Let there be', max_tokens: 3, ignore_eos: true, stream: true,
+                                               return_token_ids: true }));
+  assert.equal(completion[0].choices[0].text, '');
+  assert.equal(completion[0].choices[0].prompt_tokens, 'Let there be');
+  assert.ok(completion[0].choices[0].prompt_token_ids.length > 0);
+  assert.equal(completion.slice(1).flatMap((chunk) => chunk.choices[0].completion_token_ids ?? []).length, 3);
+});
+
+test('prompt_token_ids take priority over prompt and messages, one or a batch', async () => {
+  const single = await (await post('/v1/completions', { prompt: '', prompt_token_ids: [5, 6, 7], max_tokens: 2 })).json();
+  assert.equal(single.usage.prompt_tokens, 3);
+  const batch = await (await post('/v1/completions', { prompt_token_ids: [[5, 6], [7, 8, 9]], max_tokens: 2 })).json();
+  assert.deepEqual(batch.choices.map((choice) => choice.index), [0, 1]);
+  assert.equal(batch.usage.prompt_tokens, 5);
+  const chat = await (await post('/v1/chat/completions', { messages: [], prompt_token_ids: [5, 6, 7, 8], max_tokens: 2 })).json();
+  assert.equal(chat.usage.prompt_tokens, 4);
+  const empty = await post('/v1/completions', { prompt_token_ids: [], max_tokens: 2 });
+  assert.equal(empty.status, 400);
+  assert.equal((await empty.json()).error.param, 'prompt_token_ids');
+});
+
+test('streams declare UTF-8 and can carry usage on every chunk', async () => {
+  const response = await post('/v1/chat/completions', {
+    messages: [{ role: 'user', content: '你好，世界' }], max_tokens: 4, ignore_eos: true, stream: true,
+    stream_options: { include_usage: true, continuous_usage_stats: true },
+  });
+  assert.equal(response.headers.get('content-type'), 'text/event-stream; charset=utf-8');
+  const chunks = await events(response);
+  const counts = chunks.map((chunk) => chunk.usage.completion_tokens);
+  assert.ok(chunks.every((chunk) => chunk.usage.prompt_tokens > 0));
+  assert.deepEqual(counts, [...counts].sort((a, b) => a - b), 'running counts only grow');
+  assert.equal(counts.at(-1), 4);
+});
+
+test('validation as FastDeploy answers it: max_tokens below max_model_len, param always named', async () => {
+  const tooMany = await post('/v1/completions', { prompt: 'x', max_tokens: 10000000 });
+  assert.equal(tooMany.status, 400);
+  const error = (await tooMany.json()).error;
+  assert.equal(error.param, 'max_tokens');
+  assert.match(error.message, /max_model_len/);
+  for (const [field, value] of [['top_p', 2], ['temperature', -1], ['repetition_penalty', 0], ['frequency_penalty', 5]]) {
+    const response = await post('/v1/completions', { prompt: 'x', max_tokens: 2, [field]: value });
+    assert.equal(response.status, 400, field);
+    assert.equal((await response.json()).error.param, field);
+  }
+});
+
+test('any model name is served unless --served-model-name says which', async () => {
+  const any = await post('/v1/completions', { model: 'gpt-4o', prompt: 'x', max_tokens: 1 });
+  assert.equal(any.status, 200);
+  const named = await startServer(['--served-model-name', 'ernie-tiny']);
+  try {
+    const wrong = await fetch(`${named.baseURL}/v1/completions`, {
+      method: 'POST', body: JSON.stringify({ model: 'gpt-4o', prompt: 'x', max_tokens: 1 }),
+    });
+    assert.equal(wrong.status, 404);
+    const right = await fetch(`${named.baseURL}/v1/completions`, {
+      method: 'POST', body: JSON.stringify({ model: 'ernie-tiny', prompt: 'x', max_tokens: 1 }),
+    });
+    assert.equal(right.status, 200);
+    assert.equal((await right.json()).model, 'ernie-tiny');
+  } finally {
+    await named.stop();
+  }
+});

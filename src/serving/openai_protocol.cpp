@@ -261,7 +261,11 @@ void parse_sampling(const json& body, const RequestDefaults& defaults, OpenAiReq
       invalid_field("reasoning_max_tokens", "\"reasoning_max_tokens\" must be at least 1, got " + std::to_string(*budget));
     params.reasoning_max_tokens = static_cast<int>(*budget);
   }
-  if (auto n = int_field(body, "n"); n && *n != 1) invalid_field("n", "\"n\" only supports 1, got " + std::to_string(*n));
+  if (auto n = int_field(body, "n")) {
+    if (*n < 1 || *n > static_cast<int64_t>(kMaxPromptsPerRequest))
+      invalid_field("n", "\"n\" must lie in [1, " + std::to_string(kMaxPromptsPerRequest) + "], got " + std::to_string(*n));
+    request.n = static_cast<int>(*n);
+  }
 }
 
 void parse_logprobs(const json& body, OpenAiRequest& request) {

@@ -35,7 +35,7 @@ enum class ApiKind { kChat, kCompletion };
 // Limits on what one request body may hold; beyond them the answer is a 400 naming the
 // limit. No real request comes near them.
 inline constexpr size_t kMaxJsonDepth = 64;            // nesting of arrays and objects
-inline constexpr size_t kMaxPromptsPerRequest = 128;   // completions: prompts in one batch
+inline constexpr size_t kMaxPromptsPerRequest = 128;   // prompts in one batch, and choices (prompts × n)
 inline constexpr size_t kMaxRequestIdBytes = 256;      // the client's request_id
 
 // The deepest nesting of arrays and objects in JSON text (strings skipped; not a
@@ -59,6 +59,7 @@ struct OpenAiRequest {
   bool continuous_usage = false;  // stream_options.continuous_usage_stats: usage on every chunk
   bool return_token_ids = false;
   int max_streaming_response_tokens = 1;
+  int n = 1;          // choices per prompt
   bool echo = false;  // completions
   bool logprobs = false;
   int top_logprobs = 0;

@@ -81,6 +81,13 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     std::vector<LogprobEntry> logprobs;
     std::optional<FinishReason> finish_reason;
     int64_t cached_tokens = 0;
+    // n > 1: the choices after the first of a prompt wait for that one's first output,
+    // so its prompt is in the prefix cache and is computed once.
+    std::optional<size_t> after;
+    bool submitted = false;
+    bool cancelled = false;     // aborted before it was submitted
+    bool released_siblings = false;
+    uint64_t seed_offset = 0;   // each choice of a seeded request draws its own stream
     // Streaming: deltas not yet sent (max_streaming_response_tokens packs several).
     std::vector<ordered_json> pending;
   };
@@ -101,9 +108,29 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
   const std::string& client_request_id() const { return request_.request_id; }
   size_t num_choices() const { return choices_.size(); }
 
-  // Ends every choice with "abort" (the engine answers through on_output as usual).
+  // Ends every choice with "abort" (the engine answers through on_output as usual; a
+  // choice still waiting for its sibling is ended here).
   void abort_all() {
-    for (const Choice& choice : choices_) service_.engine_.abort(choice.engine_id);
+    std::vector<std::string> running;
+    std::vector<size_t> waiting;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        Choice& choice = choices_[i];
+        if (choice.submitted) {
+          running.push_back(choice.engine_id);
+        } else if (!choice.cancelled) {
+          choice.cancelled = true;
+          waiting.push_back(i);
+        }
+      }
+    }
+    for (const std::string& id : running) service_.engine_.abort(id);
+    for (const size_t i : waiting) {
+      RequestOutput aborted;
+      aborted.finish_reason = FinishReason::kAbort;
+      on_output(i, std::move(aborted));
+    }
   }
 
   // Sends the response head (streaming) and submits every choice to the engine.
@@ -143,26 +170,42 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       if (!first.empty()) write_chunk(first);
     }
     submitted_ = Clock::now();
-    const uint64_t group = choices_.size() > 1 ? service_.next_serial_.fetch_add(1) : 0;
-    for (size_t i = 0; i < choices_.size(); ++i) {
-      GenerateRequest engine_request;
-      engine_request.id = choices_[i].engine_id;
-      engine_request.prompt = choices_[i].prompt_ids;
-      engine_request.params = request_.params;
-      engine_request.fairness_group = group;
-      if (choices_[i].parser) engine_request.visible_special_tokens = service_.markers_.all_ids();
-      try {
-        service_.engine_.submit(std::move(engine_request), [self, i](RequestOutput output) { self->on_output(i, std::move(output)); });
-      } catch (const Error& error) {
-        RequestOutput failed;
-        failed.finish_reason = FinishReason::kError;
-        failed.error = error.what();
-        on_output(i, std::move(failed));
+    fairness_group_ = choices_.size() > 1 ? service_.next_serial_.fetch_add(1) : 0;
+    std::vector<size_t> now;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        if (choices_[i].after) continue;
+        choices_[i].submitted = true;
+        now.push_back(i);
       }
     }
+    for (const size_t i : now) submit(i);
   }
 
  private:
+  // Hands choice `i` to the engine; called without mutex_ held.
+  void submit(size_t i) {
+    const Choice& choice = choices_[i];
+    GenerateRequest engine_request;
+    engine_request.id = choice.engine_id;
+    engine_request.prompt = choice.prompt_ids;
+    engine_request.params = request_.params;
+    if (engine_request.params.seed)
+      engine_request.params.seed = (*engine_request.params.seed + choice.seed_offset) % (kMaxSeed + 1);
+    engine_request.fairness_group = fairness_group_;
+    if (choice.parser) engine_request.visible_special_tokens = service_.markers_.all_ids();
+    try {
+      service_.engine_.submit(std::move(engine_request),
+                              [self = shared_from_this(), i](RequestOutput output) { self->on_output(i, std::move(output)); });
+    } catch (const Error& error) {
+      RequestOutput failed;
+      failed.finish_reason = FinishReason::kError;
+      failed.error = error.what();
+      on_output(i, std::move(failed));
+    }
+  }
+
   void on_disconnect() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -258,8 +301,25 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
   }
 
   void on_output(size_t index, RequestOutput output) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<size_t> siblings;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      take_output(index, std::move(output), siblings);
+    }
+    for (const size_t sibling : siblings) submit(sibling);
+  }
+
+  // on_output with mutex_ held; `siblings` receives the choices its first output releases.
+  void take_output(size_t index, RequestOutput output, std::vector<size_t>& siblings) {
     Choice& choice = choices_[index];
+    if (!std::exchange(choice.released_siblings, true)) {
+      for (size_t j = 0; j < choices_.size(); ++j) {
+        Choice& sibling = choices_[j];
+        if (sibling.after != index || sibling.submitted || sibling.cancelled) continue;
+        sibling.submitted = true;
+        siblings.push_back(j);
+      }
+    }
     if (output.finish_reason == FinishReason::kError) {
       error_ = output.error;
       server_fault_ = server_fault_ || output.server_fault;
@@ -318,8 +378,9 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     usage.reports_reasoning = service_.config_.reasoning_parser != ReasoningParser::kNone && request_.kind == ApiKind::kChat;
     for (const Choice& choice : choices_) {
       usage.reasoning_tokens += reasoning_tokens(choice);
-      usage.prompt_tokens += static_cast<int64_t>(choice.prompt_ids.size());
       usage.completion_tokens += static_cast<int64_t>(choice.token_ids.size());
+      if (choice.after) continue;  // a prompt counts once, however many choices it has
+      usage.prompt_tokens += static_cast<int64_t>(choice.prompt_ids.size());
       usage.cached_tokens += choice.cached_tokens;
     }
     return usage;
@@ -434,6 +495,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
   int64_t created_;
   std::vector<Choice> choices_;
   std::mutex mutex_;
+  uint64_t fairness_group_ = 0;
   bool disconnected_ = false;
   std::string error_;
   bool server_fault_ = false;
@@ -719,10 +781,19 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
                                                                        : prefix + request.request_id;
     auto assembler = std::make_shared<ResponseAssembler>(shared_from_this(), request, id, config_.model_name, responder, arrival);
     const std::string engine_id = random_hex(16);
-    for (size_t i = 0; i < prompts.size(); ++i) {
+    const size_t n = static_cast<size_t>(request.n);
+    if (prompts.size() * n > kMaxPromptsPerRequest)
+      invalid_field("n", std::to_string(prompts.size()) + " prompts × n " + std::to_string(n) + " = " +
+                             std::to_string(prompts.size() * n) + " choices; the limit is " +
+                             std::to_string(kMaxPromptsPerRequest) + " per request");
+    // Choice k is prompt k / n, as OpenAI numbers them.
+    for (size_t k = 0; k < prompts.size() * n; ++k) {
+      const size_t i = k / n;
       ResponseAssembler::Choice choice;
-      choice.engine_id = engine_id + "-" + std::to_string(i);
+      choice.engine_id = engine_id + "-" + std::to_string(k);
       choice.prompt_ids = prompts[i];
+      choice.seed_offset = k % n;
+      if (k % n != 0 && config_.engine.prefix_caching) choice.after = k - k % n;
       // The prompt as text, for echo and for prompt_tokens: what the client sent or the
       // template rendered, else the decoded ids.
       if (request.echo || request.return_token_ids) {

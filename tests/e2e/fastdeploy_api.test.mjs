@@ -123,3 +123,49 @@ test('any model name is served unless --served-model-name says which', async () 
     await named.stop();
   }
 });
+
+async function prefixCacheTokens() {
+  const text = await (await fetch(`${server.baseURL}/metrics`)).text();
+  return Number(text.match(/^fastdeploy:prefix_cache_token_num (\S+)$/m)[1]);
+}
+
+test('n choices per prompt: own seeds, the prompt computed once, usage counts it once', async () => {
+  const ids = Array.from({ length: 200 }, (_, i) => 10 + (i * 37) % 3000);
+  const before = await prefixCacheTokens();
+  const answer = await (await post('/v1/completions', { prompt_token_ids: ids, n: 3, max_tokens: 8, temperature: 1,
+                                                        seed: 11, ignore_eos: true })).json();
+  assert.deepEqual(answer.choices.map((choice) => choice.index), [0, 1, 2]);
+  assert.equal(new Set(answer.choices.map((choice) => choice.text)).size, 3, 'each choice draws its own tokens');
+  assert.equal(answer.usage.prompt_tokens, 200);
+  assert.equal(answer.usage.completion_tokens, 24);
+  assert.ok(await prefixCacheTokens() - before >= 2 * 192, 'the later choices found the prompt in the cache');
+  const again = await (await post('/v1/completions', { prompt_token_ids: ids, n: 3, max_tokens: 8, temperature: 1,
+                                                       seed: 11, ignore_eos: true })).json();
+  assert.deepEqual(again.choices.map((choice) => choice.text), answer.choices.map((choice) => choice.text),
+                   'seeded: the same choices again');
+  const batch = await (await post('/v1/completions', { prompt: ['a', 'b'], n: 2, max_tokens: 2 })).json();
+  assert.deepEqual(batch.choices.map((choice) => choice.index), [0, 1, 2, 3]);
+  const chat = await events(await post('/v1/chat/completions', { messages, n: 2, max_tokens: 4, ignore_eos: true,
+                                                                 stream: true }));
+  const finished = chat.flatMap((chunk) => chunk.choices).filter((choice) => choice.finish_reason);
+  assert.deepEqual(finished.map((choice) => choice.index).sort(), [0, 1]);
+  const tooMany = await post('/v1/completions', { prompt: Array(20).fill('x'), n: 10, max_tokens: 1 });
+  assert.equal(tooMany.status, 400);
+  assert.equal((await tooMany.json()).error.param, 'n');
+  // A client that leaves while later choices still wait: everything ends, nothing leaks.
+  const controller = new AbortController();
+  const pending = fetch(`${server.baseURL}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, signal: controller.signal,
+    body: JSON.stringify({ prompt_token_ids: ids, n: 4, max_tokens: 400, ignore_eos: true, stream: true }),
+  }).then((response) => response.text()).catch(() => null);
+  await new Promise((resolve) => setTimeout(resolve, 30));
+  controller.abort();
+  await pending;
+  for (let i = 0; i < 500; ++i) {
+    const text = await (await fetch(`${server.baseURL}/metrics`)).text();
+    const value = (name) => Number(text.match(new RegExp(`^fastdeploy:${name} (\\S+)$`, 'm'))[1]);
+    if (value('num_requests_running') === 0 && value('free_gpu_block_num') === value('max_gpu_block_num')) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.fail('the aborted choices did not all end');
+});

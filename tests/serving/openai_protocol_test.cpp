@@ -86,7 +86,7 @@ TEST(OpenAiProtocolTest, ErrorsNameTheField) {
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "top_logprobs": 3})").param, "top_logprobs");
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "top_logprobs": 30, "logprobs": true})").param, "top_logprobs");
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "stream_options": {"include_usage": true}})").param, "stream_options");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "n": 2})").param, "n");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "n": 0})").param, "n");
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "seed": -1})").param, "seed");
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "stop": ["a","b","c","d","e","f"]})").param, "stop");
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "stop_token_ids": [-3]})").param, "stop_token_ids");

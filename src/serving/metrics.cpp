@@ -1,15 +1,16 @@
 #include "serving/metrics.h"
 
-#include <sstream>
+#include <charconv>
 
 namespace ernie {
 namespace {
 
+// The shortest text that reads back as the same double ("0.3", not
+// "0.29999999999999999"), as Python's prometheus_client writes bucket bounds.
 std::string number(double value) {
-  std::ostringstream out;
-  out.precision(17);
-  out << value;
-  return out.str();
+  char text[32];
+  const auto result = std::to_chars(text, text + sizeof text, value);
+  return std::string(text, result.ptr);
 }
 
 void gauge(const std::string& name, const std::string& help, double value, std::string& out) {
@@ -54,11 +55,15 @@ void Histogram::render(const std::string& name, const std::string& help, std::st
   out += name + "_sum " + number(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
 }
 
-ServingMetrics::ServingMetrics()
-    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5, 10}),
+ServingMetrics::ServingMetrics(std::string cache_labels)
+    : cache_labels_(std::move(cache_labels)),
+      ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5, 10}),
       tpot_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5}),
       e2e_(kLatencyBuckets),
       queue_(kLatencyBuckets),
+      inference_(kLatencyBuckets),
+      prefill_(kLatencyBuckets),
+      decode_(kLatencyBuckets),
       prompt_lengths_(token_buckets()),
       generation_lengths_(token_buckets()),
       max_tokens_(token_buckets()) {}
@@ -78,6 +83,13 @@ void ServingMetrics::request_finished(const FinishedRequestFigures& figures) {
     tpot_.observe((figures.e2e_seconds - figures.ttft_seconds) / static_cast<double>(figures.generation_tokens - 1));
   e2e_.observe(figures.e2e_seconds);
   queue_.observe(figures.queue_seconds);
+  inference_.observe(figures.inference_seconds);
+  last_inference_ = figures.inference_seconds;
+  if (figures.ttft_seconds > 0) {
+    prefill_.observe(figures.prefill_seconds);
+    decode_.observe(figures.decode_seconds);
+    last_ttft_ = figures.ttft_seconds;
+  }
   prompt_lengths_.observe(static_cast<double>(figures.prompt_tokens));
   generation_lengths_.observe(static_cast<double>(figures.generation_tokens));
   max_tokens_.observe(static_cast<double>(figures.max_tokens));
@@ -97,6 +109,11 @@ std::string ServingMetrics::render(const EngineStats& engine, int max_num_seqs) 
   tpot_.render(p + "time_per_output_token_seconds", "Time per output token after the first", out);
   e2e_.render(p + "e2e_request_latency_seconds", "Request latency from arrival to finish", out);
   queue_.render(p + "request_queue_time_seconds", "Time from arrival to submission to the engine", out);
+  inference_.render(p + "request_inference_time_seconds", "Time from submission to the engine to the last output", out);
+  prefill_.render(p + "request_prefill_time_seconds", "Time from submission to the first token", out);
+  decode_.render(p + "request_decode_time_seconds", "Time from the first token to the last output", out);
+  gauge(p + "first_token_latency", "Time to first token of the latest request", last_ttft_, out);
+  gauge(p + "infer_latency", "Inference time of the latest request", last_inference_, out);
   prompt_lengths_.render(p + "request_prompt_tokens", "Prompt tokens per request", out);
   generation_lengths_.render(p + "request_generation_tokens", "Generated tokens per request", out);
   max_tokens_.render(p + "request_params_max_tokens", "max_tokens per request", out);
@@ -106,6 +123,11 @@ std::string ServingMetrics::render(const EngineStats& engine, int max_num_seqs) 
   gauge(p + "max_gpu_block_num", "KV cache blocks in all (in RAM on a CPU)", engine.blocks_total, out);
   gauge(p + "free_gpu_block_num", "Unreferenced KV cache blocks", engine.blocks_free, out);
   gauge(p + "available_gpu_block_num", "KV cache blocks available to new requests", engine.blocks_free, out);
+  gauge(p + "available_gpu_resource", "Share of KV cache blocks free",
+        engine.blocks_total > 0 ? static_cast<double>(engine.blocks_free) / engine.blocks_total : 0.0, out);
+  gauge(p + "max_cpu_block_num", "Blocks of the second (swap) cache tier: none yet", 0, out);
+  out += "# HELP " + p + "cache_config_info The KV cache configuration, as labels\n# TYPE " + p +
+         "cache_config_info gauge\n" + p + "cache_config_info{" + cache_labels_ + "} 1\n";
   gauge(p + "gpu_cache_usage_perc", "Share of KV cache blocks in use",
         engine.blocks_total > 0 ? 1.0 - static_cast<double>(engine.blocks_free) / engine.blocks_total : 0.0, out);
   const PrefixCacheStats& prefix = engine.prefix_cache;
@@ -119,6 +141,9 @@ std::string ServingMetrics::render(const EngineStats& engine, int max_num_seqs) 
         out);
   gauge(p + "prefix_cache_token_num", "Prompt tokens served by the prefix cache", static_cast<double>(prefix.hit_tokens), out);
   gauge(p + "prefix_gpu_cache_token_num", "Same as prefix_cache_token_num", static_cast<double>(prefix.hit_tokens), out);
+  gauge(p + "cpu_hit_token_rate", "Share of prompt tokens served by the swap tier: none yet", 0, out);
+  gauge(p + "prefix_cpu_cache_token_num", "Prompt tokens served by the swap tier: none yet", 0, out);
+  gauge(p + "prefix_ssd_cache_token_num", "Prompt tokens served from disk: none yet", 0, out);
   return out;
 }
 

@@ -1,5 +1,6 @@
-// Prometheus metrics with FastDeploy's names (fastdeploy-behaviour.md §11), for the
-// ones that apply on a CPU. Request figures are recorded here; engine figures (running,
+// Prometheus metrics with FastDeploy's names and buckets (fastdeploy-behaviour.md §11),
+// for the ones that apply on a CPU. The series of FastDeploy's second cache tier (CPU
+// swap, SSD) are exported as zero: this server has no such tier yet. Request figures are recorded here; engine figures (running,
 // waiting, blocks, prefix cache) are read from EngineStats when /metrics is scraped.
 #pragma once
 
@@ -31,6 +32,9 @@ struct FinishedRequestFigures {
   double ttft_seconds = 0;  // 0 when no token was produced
   double e2e_seconds = 0;
   double queue_seconds = 0;
+  double inference_seconds = 0;  // from submission to the engine to the last output
+  double prefill_seconds = 0;    // from submission to the first token
+  double decode_seconds = 0;     // from the first token to the last output
   int64_t prompt_tokens = 0;
   int64_t generation_tokens = 0;
   int max_tokens = 0;
@@ -38,7 +42,8 @@ struct FinishedRequestFigures {
 
 class ServingMetrics {
  public:
-  ServingMetrics();
+  // `cache_labels`: the labels of fastdeploy:cache_config_info, `key="value",...`.
+  explicit ServingMetrics(std::string cache_labels = "");
   void request_received();
   void request_finished(const FinishedRequestFigures& figures);
   std::string render(const EngineStats& engine, int max_num_seqs) const;
@@ -49,7 +54,10 @@ class ServingMetrics {
   uint64_t successes_ = 0;
   uint64_t prompt_tokens_ = 0;
   uint64_t generation_tokens_ = 0;
-  Histogram ttft_, tpot_, e2e_, queue_, prompt_lengths_, generation_lengths_, max_tokens_;
+  double last_ttft_ = 0;       // fastdeploy:first_token_latency
+  double last_inference_ = 0;  // fastdeploy:infer_latency
+  std::string cache_labels_;
+  Histogram ttft_, tpot_, e2e_, queue_, inference_, prefill_, decode_, prompt_lengths_, generation_lengths_, max_tokens_;
 };
 
 }  // namespace ernie

@@ -38,6 +38,16 @@ std::string random_hex(size_t bytes) {
   return out;
 }
 
+// The labels of fastdeploy:cache_config_info: the KV cache as configured.
+std::string cache_config_labels(const EngineConfig& engine, const EngineStats& stats) {
+  auto flag = [](bool on) { return on ? "True" : "False"; };
+  return str_cat("block_size=\"", engine.block_size, "\",num_gpu_blocks=\"", stats.blocks_total,
+                 "\",enable_prefix_caching=\"", flag(engine.prefix_caching), "\",enable_chunked_prefill=\"",
+                 flag(engine.chunked_prefill), "\",kv_cache_ratio=\"", engine.kv_cache_ratio, "\",max_num_seqs=\"",
+                 engine.max_num_seqs, "\",max_model_len=\"", engine.max_model_len, "\",max_num_batched_tokens=\"",
+                 engine.effective_max_num_batched_tokens(), "\",num_cpu_blocks=\"0\"");
+}
+
 // Special-token strings the chat templates use (bos_token, cls_token, ...).
 std::map<std::string, std::string> special_token_strings(const Tokenizer& tokenizer) {
   std::map<std::string, std::string> tokens;
@@ -117,11 +127,13 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       std::lock_guard<std::mutex> lock(mutex_);
       for (size_t i = 0; i < choices_.size(); ++i) {
         Choice& choice = choices_[i];
-        if (choice.submitted) {
+        // Only a choice that waits for its sibling is ended here. Any other is the
+        // engine's to end, even when start() has not handed it over yet: ending it here
+        // could finish the response before start() has opened the stream.
+        if (choice.after && !choice.submitted) {
+          if (!std::exchange(choice.cancelled, true)) waiting.push_back(i);
+        } else {
           running.push_back(choice.engine_id);
-        } else if (!choice.cancelled) {
-          choice.cancelled = true;
-          waiting.push_back(i);
         }
       }
     }
@@ -136,11 +148,6 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
   // Sends the response head (streaming) and submits every choice to the engine.
   void start() {
     auto self = shared_from_this();
-    // A client that leaves stops its work, streamed or not. Weak: the engine's sinks
-    // are what keep an assembler alive, not the connection.
-    responder_->on_disconnect([weak = weak_from_this()] {
-      if (auto alive = weak.lock()) alive->on_disconnect();
-    });
     if (request_.stream) {
       // The charset matters: without it Python's requests reads the stream as
       // ISO-8859-1 and splits multi-byte characters.
@@ -169,6 +176,12 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       }
       if (!first.empty()) write_chunk(first);
     }
+    // A client that leaves stops its work, streamed or not (registered once the stream
+    // exists; a disconnect before now is still reported). Weak: the engine's sinks are
+    // what keep an assembler alive, not the connection.
+    responder_->on_disconnect([weak = weak_from_this()] {
+      if (auto alive = weak.lock()) alive->on_disconnect();
+    });
     submitted_ = Clock::now();
     fairness_group_ = choices_.size() > 1 ? service_.next_serial_.fetch_add(1) : 0;
     std::vector<size_t> now;
@@ -466,6 +479,12 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     figures.e2e_seconds = seconds_since(arrival_);
     figures.ttft_seconds = first_token_ ? std::chrono::duration<double>(*first_token_ - arrival_).count() : 0.0;
     figures.queue_seconds = std::chrono::duration<double>(submitted_ - arrival_).count();
+    const Clock::time_point now = Clock::now();
+    figures.inference_seconds = std::chrono::duration<double>(now - submitted_).count();
+    if (first_token_) {
+      figures.prefill_seconds = std::chrono::duration<double>(*first_token_ - submitted_).count();
+      figures.decode_seconds = std::chrono::duration<double>(now - *first_token_).count();
+    }
     figures.prompt_tokens = totals.prompt_tokens;
     figures.generation_tokens = totals.completion_tokens;
     figures.max_tokens = request_.params.max_tokens;
@@ -507,6 +526,7 @@ OpenAiService::OpenAiService(const ServeConfig& config, EngineClient& engine, co
       engine_(engine),
       tokenizer_(tokenizer),
       model_(model),
+      metrics_(cache_config_labels(config.engine, engine.stats())),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {
   defaults_.temperature = generation.temperature.value_or(defaults_.temperature);
   defaults_.top_p = generation.top_p.value_or(defaults_.top_p);

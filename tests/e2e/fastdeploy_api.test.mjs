@@ -169,3 +169,42 @@ test('n choices per prompt: own seeds, the prompt computed once, usage counts it
   }
   assert.fail('the aborted choices did not all end');
 });
+
+// A strict reading of the Prometheus text format: every sample line is NAME{LABELS} VALUE,
+// every histogram's buckets only grow and end at +Inf = _count.
+function parsePrometheus(text) {
+  const samples = new Map();
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('# HELP ') || line.startsWith('# TYPE ')) continue;
+    const match = line.match(/^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$/);
+    assert.ok(match, `not a Prometheus sample line: ${line}`);
+    assert.ok(!Number.isNaN(Number(match[3])) || match[3] === '+Inf', line);
+    samples.set(match[1] + (match[2] ?? ''), Number(match[3]));
+  }
+  return samples;
+}
+
+test('metrics: FastDeploy\'s latency series, cache config and second-tier series, in valid text', async () => {
+  await post('/v1/completions', { prompt: 'In the beginning', max_tokens: 4, ignore_eos: true });
+  const samples = parsePrometheus(await (await fetch(`${server.baseURL}/metrics`)).text());
+  for (const name of ['request_inference_time_seconds', 'request_prefill_time_seconds', 'request_decode_time_seconds',
+                      'request_queue_time_seconds', 'e2e_request_latency_seconds']) {
+    const count = samples.get(`fastdeploy:${name}_count`);
+    assert.ok(count >= 1, name);
+    assert.equal(samples.get(`fastdeploy:${name}_bucket{le="+Inf"}`), count, name);
+    let previous = 0;
+    for (const le of ['0.3', '0.5', '0.8', '1', '1.5', '2', '2.5', '5']) {
+      const value = samples.get(`fastdeploy:${name}_bucket{le="${le}"}`);
+      assert.ok(value >= previous, `${name} le=${le}`);
+      previous = value;
+    }
+  }
+  const info = [...samples.keys()].find((key) => key.startsWith('fastdeploy:cache_config_info{'));
+  assert.match(info, /block_size="64"/);
+  assert.match(info, /enable_prefix_caching="True"/);
+  for (const name of ['cpu_hit_token_rate', 'prefix_cpu_cache_token_num', 'max_cpu_block_num', 'available_gpu_resource',
+                      'first_token_latency', 'infer_latency']) {
+    assert.ok(samples.has(`fastdeploy:${name}`), name);
+  }
+  assert.ok(samples.get('fastdeploy:infer_latency') > 0);
+});

@@ -38,6 +38,39 @@ std::string random_hex(size_t bytes) {
   return out;
 }
 
+// Adds CORS's Access-Control-Allow-Origin to whatever the handler answers, so browser
+// pages on any origin can read the API (as FastAPI's CORS middleware with "*" does).
+class CorsResponder final : public HttpResponder {
+ public:
+  explicit CorsResponder(std::shared_ptr<HttpResponder> inner) : inner_(std::move(inner)) {}
+  void respond(HttpResponse response) override {
+    response.headers.emplace_back("Access-Control-Allow-Origin", "*");
+    inner_->respond(std::move(response));
+  }
+  std::shared_ptr<HttpStream> start_stream(int status, std::string content_type,
+                                           std::vector<std::pair<std::string, std::string>> headers) override {
+    headers.emplace_back("Access-Control-Allow-Origin", "*");
+    return inner_->start_stream(status, std::move(content_type), std::move(headers));
+  }
+  void on_disconnect(std::function<void()> callback) override { inner_->on_disconnect(std::move(callback)); }
+
+ private:
+  std::shared_ptr<HttpResponder> inner_;
+};
+
+// The answer to a CORS preflight (OPTIONS): any origin, the API's methods, the headers
+// the page asked to send.
+HttpResponse cors_preflight(const HttpRequest& request) {
+  HttpResponse response{204, "text/plain", "", {}};
+  const auto asked = request.headers.find("access-control-request-headers");
+  response.headers = {{"Access-Control-Allow-Origin", "*"},
+                      {"Access-Control-Allow-Methods", "GET, POST, HEAD, OPTIONS"},
+                      {"Access-Control-Allow-Headers",
+                       asked != request.headers.end() ? asked->second : "Authorization, Content-Type"},
+                      {"Access-Control-Max-Age", "600"}};
+  return response;
+}
+
 // The labels of fastdeploy:cache_config_info: the KV cache as configured.
 std::string cache_config_labels(const EngineConfig& engine, const EngineStats& stats) {
   auto flag = [](bool on) { return on ? "True" : "False"; };
@@ -589,7 +622,15 @@ void OpenAiService::handle_metrics_port(HttpRequest request, std::shared_ptr<Htt
 
 void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> responder) {
   const std::string& path = request.path;
-  const bool get = request.method == "GET", post = request.method == "POST";
+  // HEAD is GET without the body (the HTTP layer leaves it out).
+  const bool get = request.method == "GET" || request.method == "HEAD", post = request.method == "POST";
+  const bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
+                     path == "/health" || path == "/ping" || path == "/metrics";
+  if (request.method == "OPTIONS" && known) {
+    responder->respond(cors_preflight(request));
+    return;
+  }
+  if (request.headers.count("origin") != 0) responder = std::make_shared<CorsResponder>(std::move(responder));
   if (path == "/health" || path == "/ping") {
     if (get || (post && path == "/ping")) responder->respond({200, "application/json", "", {}});
     else responder->respond(json_error_response({405, "method " + request.method + " is not allowed on " + path, "invalid_request_error", ""}));
@@ -599,8 +640,7 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
     responder->respond({200, "text/plain; version=0.0.4", metrics_text(), {}});
     return;
   }
-  const bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions";
-  if (!known) {
+  if (!known || path == "/metrics") {
     responder->respond(json_error_response({404, "no route for " + request.method + " " + path, "invalid_request_error", ""}));
     return;
   }

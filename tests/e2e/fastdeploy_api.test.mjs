@@ -208,3 +208,29 @@ test('metrics: FastDeploy\'s latency series, cache config and second-tier series
   }
   assert.ok(samples.get('fastdeploy:infer_latency') > 0);
 });
+
+test('HEAD and CORS: preflight answered, any origin allowed to read answers and streams', async () => {
+  const preflight = await fetch(`${server.baseURL}/v1/chat/completions`, {
+    method: 'OPTIONS',
+    headers: { origin: 'http://page.example', 'access-control-request-method': 'POST',
+               'access-control-request-headers': 'authorization, content-type' },
+  });
+  assert.equal(preflight.status, 204);
+  assert.equal(preflight.headers.get('access-control-allow-origin'), '*');
+  assert.match(preflight.headers.get('access-control-allow-methods'), /POST/);
+  assert.equal(preflight.headers.get('access-control-allow-headers'), 'authorization, content-type');
+  const head = await fetch(`${server.baseURL}/v1/models`, { method: 'HEAD' });
+  assert.equal(head.status, 200);
+  assert.equal(await head.text(), '');
+  assert.ok(Number(head.headers.get('content-length')) > 0, 'the length of the body GET would send');
+  const answer = await fetch(`${server.baseURL}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json', origin: 'http://page.example' },
+    body: JSON.stringify({ prompt: 'x', max_tokens: 2, stream: true }),
+  });
+  assert.equal(answer.headers.get('access-control-allow-origin'), '*');
+  await answer.text();
+  const noOrigin = await fetch(`${server.baseURL}/health`);
+  assert.equal(noOrigin.headers.get('access-control-allow-origin'), null, 'only for cross-origin requests');
+  const unknown = await fetch(`${server.baseURL}/v1/nothing`, { method: 'OPTIONS' });
+  assert.equal(unknown.status, 404);
+});

@@ -127,7 +127,7 @@ void HttpServer::start() {
 
 int HttpServer::port() const { return impl_->bound_port; }
 
-void HttpServer::stop(std::chrono::milliseconds grace) {
+void HttpServer::stop(std::chrono::milliseconds grace, const std::function<void()>& grace_over) {
   Impl& impl = *impl_;
   std::lock_guard<std::mutex> lock(impl.lifecycle_mutex);
   if (impl.stopped) return;
@@ -158,6 +158,7 @@ void HttpServer::stop(std::chrono::milliseconds grace) {
                 grace.count(), " ms");
   }
 
+  if (grace_over) grace_over();
   // 3. Everything left is cut; open streams see on_disconnect.
   for (const auto& connection : state.connections()) {
     net::post(connection->executor(), [connection] { connection->abort(); });

@@ -104,10 +104,11 @@ class HttpServer {
 
   // Graceful stop: stops accepting at once and closes idle connections; waits up to
   // `grace` for in-flight responses to finish (respond() sent, or stream close()d); then
-  // closes every connection (open streams see on_disconnect) and joins the IO threads.
+  // calls `grace_over` (if given: the owner may end what is left in its own way), closes
+  // every connection (open streams see on_disconnect) and joins the IO threads.
   // Idempotent; the server cannot be started again. Not from a handler or callback: it
   // waits for the IO threads.
-  void stop(std::chrono::milliseconds grace);
+  void stop(std::chrono::milliseconds grace, const std::function<void()>& grace_over = nullptr);
 
   size_t open_connections() const;
   size_t in_flight_requests() const;  // requests read whose response has not been sent in full

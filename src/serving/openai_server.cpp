@@ -702,12 +702,7 @@ void OpenAiService::forget(const ResponseAssembler& assembler) {
   live_changed_.notify_all();
 }
 
-std::vector<std::string> OpenAiService::shutdown(std::chrono::milliseconds wait) {
-  {
-    std::lock_guard<std::mutex> lock(live_mutex_);
-    shutting_down_ = true;
-  }
-  workers_.reset();  // requests still queued are answered 503 by their responders' drop
+std::vector<std::string> OpenAiService::abort_all_requests() {
   std::vector<std::shared_ptr<ResponseAssembler>> running;
   {
     std::lock_guard<std::mutex> lock(live_mutex_);
@@ -719,7 +714,16 @@ std::vector<std::string> OpenAiService::shutdown(std::chrono::milliseconds wait)
     cut_off.push_back(assembler->id());
     assembler->abort_all();
   }
-  running.clear();
+  return cut_off;
+}
+
+std::vector<std::string> OpenAiService::shutdown(std::chrono::milliseconds wait) {
+  {
+    std::lock_guard<std::mutex> lock(live_mutex_);
+    shutting_down_ = true;
+  }
+  workers_.reset();  // requests still queued are answered 503 by their responders' drop
+  std::vector<std::string> cut_off = abort_all_requests();
   std::unique_lock<std::mutex> lock(live_mutex_);
   if (!live_changed_.wait_for(lock, wait, [&] { return live_.empty(); }))
     log_warning(live_.size(), " request(s) did not finish within ", wait.count(), " ms of being aborted");

@@ -45,10 +45,13 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   int in_flight() const { return in_flight_.load(); }
   ServingMetrics& metrics() { return metrics_; }
 
-  // After the HTTP server stopped: no more requests start, everything still running is
-  // aborted, and this waits (up to `wait`) until those requests have finished. Returns
-  // the response ids that were cut off. Engine callbacks stay safe afterwards: each
-  // request keeps the service alive until its last output.
+  // Aborts every request in flight; returns their response ids. For the end of the
+  // shutdown grace period, while their clients are still connected.
+  std::vector<std::string> abort_all_requests();
+  // After the HTTP server stopped: no more requests start, anything still running is
+  // aborted, and this waits (up to `wait`) until every request has finished. Returns
+  // the response ids it aborted. Engine callbacks stay safe afterwards: each request
+  // keeps the service alive until its last output.
   std::vector<std::string> shutdown(std::chrono::milliseconds wait);
 
  private:

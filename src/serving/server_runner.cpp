@@ -1,5 +1,6 @@
 #include "serving/server_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -48,11 +49,16 @@ int serve_until_signalled(const ServeConfig& config, const sigset_t& shutdown_si
   log_info("received ", signal_number == SIGINT ? "SIGINT" : "SIGTERM", ": no new connections; waiting up to ",
            config.graceful_shutdown_seconds, " s for ", service->in_flight(), " request(s) in flight");
   const auto grace = std::chrono::seconds(config.graceful_shutdown_seconds);
-  server.stop(std::chrono::duration_cast<std::chrono::milliseconds>(grace));
+  // Requests still running when the grace period ends are aborted then, while their
+  // clients are still connected, and named in the log.
+  std::vector<std::string> cut_off;
+  server.stop(std::chrono::duration_cast<std::chrono::milliseconds>(grace),
+              [&] { cut_off = service->abort_all_requests(); });
   if (metrics_server) metrics_server->stop(std::chrono::milliseconds(0));
-  // The engine may still be generating for requests past the grace period: abort them
-  // and wait for their last outputs, so nothing calls into a service being torn down.
-  const std::vector<std::string> cut_off = service->shutdown(std::chrono::seconds(10));
+  // Then wait for their last outputs (and abort anything that started meanwhile), so
+  // nothing calls into a service being torn down.
+  for (std::string& id : service->shutdown(std::chrono::seconds(10)))
+    if (std::find(cut_off.begin(), cut_off.end(), id) == cut_off.end()) cut_off.push_back(std::move(id));
   if (!cut_off.empty()) {
     std::string ids;
     for (const std::string& id : cut_off) ids += (ids.empty() ? "" : ", ") + id;

@@ -276,6 +276,13 @@ void parse_logprobs(const json& body, OpenAiRequest& request) {
       if (!request.logprobs) invalid_field("top_logprobs", "\"top_logprobs\" needs \"logprobs\": true");
       request.top_logprobs = static_cast<int>(*top);
     }
+  } else if (present(body, "logprobs") && body.at("logprobs").is_boolean()) {
+    // Lenient as FastDeploy: `true` on completions means the chosen token's logprob
+    // with one alternative, `false` none.
+    if (body.at("logprobs").get<bool>()) {
+      request.logprobs = true;
+      request.top_logprobs = 1;
+    }
   } else if (auto count = int_field(body, "logprobs")) {
     if (*count < 0 || *count > kMaxTopLogprobs) invalid_field("logprobs", "\"logprobs\" must lie in 0..20");
     request.logprobs = true;

@@ -233,5 +233,15 @@ TEST(OpenAiProtocolTest, HugeObjectsAreCopiedInLinearTime) {
   EXPECT_EQ(nested.messages.dump(), R"([{"content":[{"text":"hi","type":"text"}],"role":"user","x":[1,2.5,true,null,{"a":-3}]}])");
 }
 
+TEST(OpenAiProtocolTest, CompletionLogprobsMayBeABoolean) {
+  const OpenAiRequest on = parse_openai_request(ApiKind::kCompletion, R"({"prompt": "x", "logprobs": true})", {});
+  EXPECT_TRUE(on.logprobs);
+  EXPECT_EQ(on.top_logprobs, 1);
+  const OpenAiRequest off = parse_openai_request(ApiKind::kCompletion, R"({"prompt": "x", "logprobs": false})", {});
+  EXPECT_FALSE(off.logprobs);
+  EXPECT_EQ(parse_openai_request(ApiKind::kCompletion, R"({"prompt": "x", "logprobs": 3})", {}).top_logprobs, 3);
+  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": "x", "logprobs": "yes"})").param, "logprobs");
+}
+
 }  // namespace
 }  // namespace ernie

@@ -70,8 +70,7 @@ void Engine::add_request(GenerateRequest request) {
     fail("the prompt has ", prompt_length, " tokens but --max-model-len is ", config_.max_model_len,
          ", which must leave room for at least one generated token");
   const int vocab = model_.config().vocab_size;
-  for (int32_t token : request.prompt)
-    if (token < 0 || token >= vocab) fail("prompt token id ", token, " is outside the vocabulary 0..", vocab - 1);
+  validate_prompt_tokens(request.prompt, vocab);
   validate_sampling_params(request.params, vocab);
   if (request.params.reasoning_max_tokens && !think_end_id_)
     fail("reasoning_max_tokens needs a model whose vocabulary has the </think> token, and this one has none");

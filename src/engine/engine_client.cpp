@@ -60,8 +60,7 @@ void EngineClient::validate(const GenerateRequest& request) const {
     fail("the prompt has ", request.prompt.size(), " tokens but --max-model-len is ", engine_->config().max_model_len,
          ", which must leave room for at least one generated token");
   const int vocab = engine_->model_config().vocab_size;
-  for (int32_t token : request.prompt)
-    if (token < 0 || token >= vocab) fail("prompt token id ", token, " is outside the vocabulary 0..", vocab - 1);
+  validate_prompt_tokens(request.prompt, vocab);
   validate_sampling_params(request.params, vocab);
 }
 

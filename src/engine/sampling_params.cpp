@@ -52,6 +52,11 @@ void validate_sampling_params(const SamplingParams& params, int vocab_size) {
   require_token_ids_in_vocabulary("bad_words_token_ids", params.bad_words_token_ids, vocab_size);
 }
 
+void validate_prompt_tokens(std::span<const int32_t> prompt, int vocab_size) {
+  for (const int32_t token : prompt)
+    if (token < 0 || token >= vocab_size) fail("prompt token id ", token, " is outside the vocabulary 0..", vocab_size - 1);
+}
+
 SamplingClass parse_sampling_class(std::string_view name) {
   if (name == "base") return SamplingClass::kBase;
   if (name == "rejection") return SamplingClass::kRejection;

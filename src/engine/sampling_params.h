@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,9 @@ inline constexpr float kMaxAbsolutePenalty = 2.0f;  // presence and frequency
 // Throws ernie::Error naming the field, the bad value and the allowed range. vocab_size
 // bounds the token ids (stop_token_ids, bad_words_token_ids).
 void validate_sampling_params(const SamplingParams& params, int vocab_size);
+
+// Throws ernie::Error naming the first prompt token outside [0, vocab_size).
+void validate_prompt_tokens(std::span<const int32_t> prompt, int vocab_size);
 
 // FD_SAMPLING_CLASS. Both classes draw from the same distribution (see sampler.h);
 // they differ in how they find the top-k / top-p candidates.

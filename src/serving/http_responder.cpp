@@ -17,6 +17,14 @@ void call_disconnect_callback(const std::function<void()>& callback) {
   }
 }
 
+// For a callback registered after its disconnect: call it once, soon, from an IO thread,
+// never from inside the registering call (the caller may hold a lock the callback takes);
+// at once if the server is gone and no IO thread will run it.
+void report_disconnect_later(HttpPostGate& gate, std::function<void()> callback) {
+  auto shared = std::make_shared<std::function<void()>>(std::move(callback));
+  if (!gate.post([shared] { call_disconnect_callback(*shared); })) call_disconnect_callback(*shared);
+}
+
 }  // namespace
 
 void HttpDisconnectWatch::watch(std::function<void()> callback) {
@@ -28,10 +36,7 @@ void HttpDisconnectWatch::watch(std::function<void()> callback) {
       return;
     }
   }
-  // Already gone: tell from an IO thread, never from inside this call (the caller may
-  // hold a lock the callback takes).
-  auto shared = std::make_shared<std::function<void()>>(std::move(callback));
-  if (!gate_->post([shared] { call_disconnect_callback(*shared); })) call_disconnect_callback(*shared);
+  report_disconnect_later(*gate_, std::move(callback));
 }
 
 void HttpDisconnectWatch::fire() {
@@ -94,12 +99,7 @@ void HttpStreamState::on_disconnect(std::function<void()> callback) {
       return;
     }
   }
-  // The client left before anyone listened: still tell, once, from an IO thread, never
-  // from inside this call (the caller may hold a lock the callback takes).
-  auto shared = std::make_shared<std::function<void()>>(std::move(callback));
-  if (!target_.gate->post([shared] { call_disconnect_callback(*shared); })) {
-    call_disconnect_callback(*shared);  // the server is gone; no IO thread will run it
-  }
+  report_disconnect_later(*target_.gate, std::move(callback));  // the client left before anyone listened
 }
 
 void HttpStreamState::abandon() {

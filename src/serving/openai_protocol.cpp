@@ -91,15 +91,19 @@ std::vector<std::string> string_or_list(const json& body, const char* key) {
   return items;
 }
 
+void check_batch_size(size_t prompts, const char* field) {
+  if (prompts > kMaxPromptsPerRequest)
+    invalid_field(field, std::string("\"") + field + "\" holds " + std::to_string(prompts) + " prompts; the limit is " +
+                             std::to_string(kMaxPromptsPerRequest) + " per request");
+}
+
 // FastDeploy's prompt_token_ids: one list of ids or a batch of lists. It takes priority
 // over "prompt" and "messages", which may then be empty.
 std::vector<std::vector<int32_t>> prompt_token_id_lists(const json& value) {
   if (!value.is_array() || value.empty())
     invalid_field("prompt_token_ids", "\"prompt_token_ids\" must be a non-empty list of token ids, or a list of such lists");
   if (!value.at(0).is_array()) return {token_list(value, "prompt_token_ids")};
-  if (value.size() > kMaxPromptsPerRequest)
-    invalid_field("prompt_token_ids", "\"prompt_token_ids\" holds " + std::to_string(value.size()) +
-                                          " prompts; the limit is " + std::to_string(kMaxPromptsPerRequest) + " per request");
+  check_batch_size(value.size(), "prompt_token_ids");
   std::vector<std::vector<int32_t>> lists;
   for (const json& item : value) {
     lists.push_back(token_list(item, "prompt_token_ids"));
@@ -125,9 +129,7 @@ void parse_prompt(const json& body, OpenAiRequest& request) {
       else if (item.is_array()) request.prompt_ids.push_back(token_list(item, "prompt"));
       else invalid_field("prompt", "\"prompt\" list entries must be strings or lists of token ids, got " + item.dump());
     }
-    if (prompt.size() > kMaxPromptsPerRequest)
-      invalid_field("prompt", "\"prompt\" holds " + std::to_string(prompt.size()) + " prompts; the limit is " +
-                                  std::to_string(kMaxPromptsPerRequest) + " per request");
+    check_batch_size(prompt.size(), "prompt");
     if (!request.prompt_texts.empty() && !request.prompt_ids.empty())
       invalid_field("prompt", "\"prompt\" must not mix strings and token id lists");
   } else {

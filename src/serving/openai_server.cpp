@@ -825,12 +825,12 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
                                    config_.model_name + "`", "invalid_request_error", "model"}};
     std::string rendered;
     std::vector<std::vector<int32_t>> prompts = prompts_for(request, rendered);
-    const int32_t vocab = model_.vocab_size;
-    for (const auto& prompt : prompts)
-      for (const int32_t id : prompt)
-        if (id >= vocab)
-          invalid_field(kind == ApiKind::kChat ? "prompt_token_ids" : "prompt",
-                        "token id " + std::to_string(id) + " is outside the vocabulary 0.." + std::to_string(vocab - 1));
+    // Checked here, not only by the engine, so a stream never starts for a bad prompt.
+    try {
+      for (const auto& prompt : prompts) validate_prompt_tokens(prompt, model_.vocab_size);
+    } catch (const Error& error) {
+      invalid_field(kind == ApiKind::kChat ? "prompt_token_ids" : "prompt", error.what());
+    }
     size_t longest = 0;
     for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
     for (const auto& prompt : prompts)

@@ -52,6 +52,12 @@ std::optional<uint64_t> keyed_number(std::string_view text, std::string_view key
   return std::nullopt;
 }
 
+// What a cgroup still allows: its limit less what it holds that cannot be reclaimed.
+uint64_t headroom(uint64_t limit, uint64_t usage, uint64_t reclaimable) {
+  const uint64_t held = usage - std::min(usage, reclaimable);
+  return limit > held ? limit - held : 0;
+}
+
 // This process's cgroup v2 directory ("0::/some/path" in /proc/self/cgroup).
 std::string cgroup_v2_dir() {
   const std::string membership = read_small_file("/proc/self/cgroup");
@@ -75,10 +81,9 @@ std::optional<uint64_t> cgroup_headroom() {
   if (limit.empty()) return std::nullopt;
   const std::string stat = read_small_file(v1 + "/memory.stat");
   const uint64_t cache = keyed_number(stat, "total_cache").value_or(keyed_number(stat, "cache").value_or(0));
-  const std::string usage = read_small_file(v1 + "/memory.usage_in_bytes");
-  const auto limit_bytes = parse_number(limit), usage_bytes = parse_number(usage);
+  const auto limit_bytes = parse_number(limit), usage_bytes = parse_number(read_small_file(v1 + "/memory.usage_in_bytes"));
   if (!limit_bytes || !usage_bytes) return std::nullopt;
-  return *limit_bytes - std::min(*limit_bytes, *usage_bytes - std::min(*usage_bytes, cache));
+  return headroom(*limit_bytes, *usage_bytes, cache);
 }
 
 }  // namespace
@@ -94,9 +99,7 @@ std::optional<uint64_t> cgroup_headroom_bytes(std::string_view limit_text, std::
   const auto limit = parse_number(limit_text);  // "max" does not parse: no limit
   const auto usage = parse_number(usage_text);
   if (!limit || !usage) return std::nullopt;
-  const uint64_t reclaimable = std::min(*usage, keyed_number(stat_text, "file").value_or(0));
-  const uint64_t held = *usage - reclaimable;
-  return *limit > held ? *limit - held : 0;
+  return headroom(*limit, *usage, keyed_number(stat_text, "file").value_or(0));
 }
 
 MemoryBudget read_memory_budget() {

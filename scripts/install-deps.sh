@@ -13,6 +13,8 @@ packages=(
   libboost-dev                               # Boost.Asio / Boost.Beast: the HTTP server
   python3 python3-numpy                      # the independent numpy reference in tests
   python3-jinja2                             # differential tests of our Jinja engine
+  python3-requests                           # a charset-sensitive streaming client in the e2e tests
+  prometheus                                 # promtool parses /metrics in the e2e tests
 )
 
 # `--training` adds what tools/train_small_ernie.py needs to retrain the shipped models

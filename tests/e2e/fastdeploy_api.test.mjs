@@ -4,6 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { spawnSync } from 'node:child_process';
 import { startServer } from './server.mjs';
 
 let server;
@@ -207,6 +208,21 @@ test('metrics: FastDeploy\'s latency series, cache config and second-tier series
     assert.ok(samples.has(`fastdeploy:${name}`), name);
   }
   assert.ok(samples.get('fastdeploy:infer_latency') > 0);
+});
+
+// Prometheus' own parser (promtool, from Debian's prometheus package) reads the page.
+// Its linter objects to FastDeploy's names themselves (the "fastdeploy:" prefix, a
+// counter without "_total"); those we keep, since dashboards use them. Anything else,
+// and any parse error, fails.
+test('metrics: promtool parses the page and finds nothing but FastDeploy\'s own names to lint', async () => {
+  const text = await (await fetch(`${server.baseURL}/metrics`)).text();
+  const run = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+  assert.equal(run.error, undefined, 'promtool is missing: scripts/install-deps.sh installs Debian\'s prometheus');
+  assert.ok(run.status === 0 || run.status === 3, `promtool exited ${run.status}: ${run.stderr}${run.stdout}`);
+  const problems = `${run.stdout}${run.stderr}`.split('\n').filter((line) => line.trim() !== '');
+  const fastdeployNaming = /^fastdeploy:\w+ (metric names should not contain ':'|counter metrics should have "_total" suffix)$/;
+  for (const line of problems) assert.match(line, fastdeployNaming);
+  assert.ok(problems.length > 0, 'the linter saw the page (it always names the fastdeploy: prefix)');
 });
 
 test('HEAD and CORS: preflight answered, any origin allowed to read answers and streams', async () => {

@@ -33,6 +33,9 @@ std::vector<OptionSpec> engine_option_specs() {
       {"threads", "N", "worker threads, 0 = one per hardware thread", "0"},
       {"quantization", "NAME|JSON",
        "quantize the weights at load: wint8, wint4, block_wise_fp8, or mix_quant JSON (docs/quantization.md)", ""},
+      {"enable-early-stop", "", "end a request once window_size tokens in a row each had probability above threshold", ""},
+      {"early-stop-config", "JSON",
+       "{\"enable_early_stop\": true, \"strategy\": \"repetition\", \"window_size\": 3000, \"threshold\": 0.99}", ""},
   };
 }
 
@@ -68,6 +71,9 @@ EngineConfig engine_config_from_args(const ParsedArgs& args) {
   if (!config.chunked_prefill && args.flag("enable-chunked-prefill"))
     log_info("FD_DISABLE_CHUNKED_PREFILL=1 overrides --enable-chunked-prefill: prompts are prefilled whole");
   config.sampling_class = sampling_class_from_env();
+  config.early_stop = parse_early_stop_config(
+      args.flag("enable-early-stop"),
+      args.has("early-stop-config") ? std::optional<std::string>(args.get("early-stop-config")) : std::nullopt);
   return config;
 }
 

@@ -89,7 +89,7 @@ void Engine::add_request(GenerateRequest request) {
   const uint64_t default_seed = seeds_.next();
   engine_request.sampler = std::make_unique<RequestSampler>(
       engine_request.params, std::span<const int32_t>(engine_request.tokens), eos_token_ids_, default_seed,
-      config_.sampling_class);
+      config_.sampling_class, config_.early_stop.enabled);
   live->text = std::make_unique<TextStream>(tokenizer_, engine_request.params.stop,
                                             engine_request.params.include_stop_str_in_output,
                                             std::move(request.visible_special_tokens));
@@ -124,10 +124,57 @@ std::optional<RequestOutput> Engine::abort_request(const std::string& id) {
   return output;
 }
 
+void Engine::refuse_long_waiters(std::vector<RequestOutput>& outputs) {
+  if (!config_.max_waiting_time) return;
+  const auto now = std::chrono::steady_clock::now();
+  const auto limit = std::chrono::duration<double>(*config_.max_waiting_time);
+  std::vector<std::string> refused;
+  for (const auto& [id, live] : live_) {
+    const EngineRequest& request = live->request;
+    // Only a request never admitted: one preempted back into the queue has started.
+    if (request.status == RequestStatus::kWaiting && !request.cached_tokens && now - request.arrival > limit)
+      refused.push_back(id);
+  }
+  for (const std::string& id : refused) {
+    Live& live = *live_.at(id);
+    RequestOutput output = base_output(live.request);
+    const double waited = std::chrono::duration<double>(now - live.request.arrival).count();
+    output.error = str_cat("the request waited ", waited, " s without being admitted, longer than --max-waiting-time ",
+                           *config_.max_waiting_time, " s; the server is at capacity, retry later");
+    output.waited_too_long = true;
+    finish(live, FinishReason::kError, output);
+    outputs.push_back(std::move(output));
+    live_.erase(id);
+  }
+}
+
+void Engine::score_prompt_rows(const std::vector<PromptLogprobRow>& rows, std::span<const float> logits) {
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    EngineRequest& request = *rows[k].request;
+    const int64_t target = rows[k].position + 1;
+    request.prompt_logprobs.push_back(score_prompt_token(logits.subspan(k * vocab, vocab),
+                                                         request.tokens[static_cast<size_t>(target)],
+                                                         static_cast<size_t>(*request.params.prompt_logprobs)));
+    request.next_prompt_logprob = target + 1;
+  }
+}
+
+bool Engine::stops_early(EngineRequest& request, const SampledToken& sampled) const {
+  if (!config_.early_stop.enabled) return false;
+  request.confident_run = sampled.probability > config_.early_stop.threshold ? request.confident_run + 1 : 0;
+  if (request.confident_run < config_.early_stop.window_size) return false;
+  log_info("request ", request.id, " stopped early: ", request.confident_run,
+           " tokens in a row each had probability above ", config_.early_stop.threshold);
+  return true;
+}
+
 std::vector<RequestOutput> Engine::step() {
+  std::vector<RequestOutput> outputs;
+  refuse_long_waiters(outputs);
   const SchedulerStep plan = scheduler_.schedule();
   counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
-  if (plan.chunks.empty()) return {};
+  if (plan.chunks.empty()) return outputs;
   ++counters_.steps;
 
   // One packed batch: every scheduled chunk, each over its own block table. The batch
@@ -142,6 +189,8 @@ std::vector<RequestOutput> Engine::step() {
   caches.reserve(plan.chunks.size());
   std::vector<const ScheduledChunk*>& sampling = step_sampling_;
   sampling.clear();
+  std::vector<PromptLogprobRow>& prompt_rows = step_prompt_rows_;
+  prompt_rows.clear();
   for (const ScheduledChunk& chunk : plan.chunks) {
     EngineRequest& request = *chunk.request;
     caches.emplace_back(pool_, request.block_table);
@@ -154,8 +203,17 @@ std::vector<RequestOutput> Engine::step() {
       batch.logit_rows.push_back(first + static_cast<int32_t>(chunk.num_tokens) - 1);
       sampling.push_back(&chunk);
     }
+    // Prompt logprobs: the rows of prompt positions whose next prompt token is not scored
+    // yet (a recomputation after preemption scores nothing twice).
+    if (request.params.prompt_logprobs) {
+      const int64_t end = std::min(chunk.start + chunk.num_tokens, request.prompt_length - 1);
+      for (int64_t position = std::max(chunk.start, request.next_prompt_logprob - 1); position < end; ++position)
+        prompt_rows.push_back({&request, position, first + static_cast<int32_t>(position - chunk.start)});
+    }
     if (chunk.start < request.prompt_length) counters_.prompt_tokens_computed += chunk.num_tokens;
   }
+  // Sampling rows first, then the prompt rows.
+  for (const PromptLogprobRow& row : prompt_rows) batch.logit_rows.push_back(row.batch_row);
   std::vector<float>& logits = model_.forward(batch);
 
   for (const ScheduledChunk& chunk : plan.chunks) {
@@ -163,13 +221,17 @@ std::vector<RequestOutput> Engine::step() {
     cache_manager_.register_computed_blocks(*chunk.request);
   }
 
-  std::vector<RequestOutput> outputs;
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  score_prompt_rows(prompt_rows, std::span<const float>(logits).subspan(sampling.size() * vocab));
   for (size_t row = 0; row < sampling.size(); ++row) {
     EngineRequest& request = *sampling[row]->request;
     Live& live = *live_.at(request.id);
     SampledToken sampled = request.sampler->sample(std::span<float>(logits.data() + row * vocab, vocab));
-    const int32_t token = apply_thinking_budget(request, sampled.token);
+    // Early stop ends the request with the first end token in place of the drawn one, as
+    // FastDeploy's stopper does.
+    const bool early_stop = stops_early(request, sampled);
+    const int32_t token = early_stop && !eos_token_ids_.empty() ? eos_token_ids_.front()
+                                                                : apply_thinking_budget(request, sampled.token);
     if (token != sampled.token) {
       // Forced, not drawn: certain under the rule that put it there.
       sampled.token = token;
@@ -182,10 +244,11 @@ std::vector<RequestOutput> Engine::step() {
     RequestOutput output = base_output(request);
     output.token_ids = {token};
     if (request.params.logprobs) output.logprobs = {sampled};
+    if (request.num_output_tokens() == 1) output.prompt_logprobs = std::move(request.prompt_logprobs);
     const bool stop_token = std::find(request.params.stop_token_ids.begin(), request.params.stop_token_ids.end(),
                                       token) != request.params.stop_token_ids.end();
     std::optional<FinishReason> reason;
-    if ((is_eos(token) && !request.params.ignore_eos) || stop_token) {
+    if (early_stop || (is_eos(token) && !request.params.ignore_eos) || stop_token) {
       reason = FinishReason::kStop;  // the end token itself has no text
     } else {
       const TextStream::Update update = live.text->push(token);

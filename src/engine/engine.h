@@ -83,6 +83,18 @@ class Engine {
   bool prompt_leaves_model_thinking(const std::vector<int32_t>& prompt) const;
   // The thinking budget's replacement for `token`, or `token` itself.
   int32_t apply_thinking_budget(EngineRequest& request, int32_t token) const;
+  // Ends, with an error output each, the requests never admitted within --max-waiting-time.
+  void refuse_long_waiters(std::vector<RequestOutput>& outputs);
+  // A batch row whose logits predict prompt token position + 1 of `request`.
+  struct PromptLogprobRow {
+    EngineRequest* request;
+    int64_t position;
+    int32_t batch_row;
+  };
+  // Scores each row's next prompt token; `logits` holds the rows' logits in order.
+  void score_prompt_rows(const std::vector<PromptLogprobRow>& rows, std::span<const float> logits);
+  // Counts `sampled` toward the request's early stop; true when the stop fires.
+  bool stops_early(EngineRequest& request, const SampledToken& sampled) const;
 
   LanguageModel& model_;
   const Tokenizer& tokenizer_;
@@ -100,6 +112,7 @@ class Engine {
   ForwardBatch step_batch_;
   std::vector<PagedKvCache> step_caches_;
   std::vector<const ScheduledChunk*> step_sampling_;
+  std::vector<PromptLogprobRow> step_prompt_rows_;
 };
 
 }  // namespace ernie

@@ -1,12 +1,49 @@
 #include "engine/engine_config.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "engine/kv_block_pool.h"
 #include "util/error.h"
 #include "util/log.h"
 
 namespace ernie {
+
+EarlyStopConfig parse_early_stop_config(bool flag, const std::optional<std::string>& json_text) {
+  EarlyStopConfig config;
+  config.enabled = flag;
+  if (!json_text) return config;
+  nlohmann::json parsed;
+  try {
+    parsed = nlohmann::json::parse(*json_text);
+  } catch (const nlohmann::json::exception&) {
+    fail("--early-stop-config expects a JSON object, got \"", *json_text, "\"");
+  }
+  if (!parsed.is_object()) fail("--early-stop-config expects a JSON object, got ", parsed.dump());
+  for (const auto& [key, value] : parsed.items()) {
+    if (key == "enable_early_stop") {
+      if (!value.is_boolean()) fail("--early-stop-config: enable_early_stop must be true or false, got ", value.dump());
+      // FastDeploy refuses the flag beside a config that turns it off.
+      if (flag && !value.get<bool>())
+        fail("--enable-early-stop contradicts --early-stop-config's \"enable_early_stop\": false");
+      config.enabled = value.get<bool>();
+    } else if (key == "strategy") {
+      if (value != "repetition")
+        fail("--early-stop-config: strategy ", value.dump(), " is not supported; the only strategy is \"repetition\"");
+    } else if (key == "window_size") {
+      if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 1000000)
+        fail("--early-stop-config: window_size must be an integer in 1..1000000, got ", value.dump());
+      config.window_size = value.get<int>();
+    } else if (key == "threshold") {
+      if (!value.is_number() || !(value.get<double>() >= 0.0 && value.get<double>() <= 1.0))
+        fail("--early-stop-config: threshold must be a number in [0, 1], got ", value.dump());
+      config.threshold = value.get<double>();
+    } else {
+      fail("--early-stop-config: unknown key \"", key, "\" (known: enable_early_stop, strategy, window_size, threshold)");
+    }
+  }
+  return config;
+}
 
 void fit_max_model_len(EngineConfig& config, const ModelConfig& model) {
   if (config.max_model_len_given || model.max_position_embeddings >= config.max_model_len) return;

@@ -11,6 +11,20 @@
 
 namespace ernie {
 
+// FastDeploy's repetition early stop (--enable-early-stop, --early-stop-config): a request
+// whose last window_size sampled tokens each had probability above threshold ends, its
+// last token replaced by the first end token (finish reason "stop").
+struct EarlyStopConfig {
+  bool enabled = false;
+  int window_size = 3000;
+  double threshold = 0.99;
+};
+
+// --early-stop-config's JSON (keys enable_early_stop, strategy "repetition", window_size,
+// threshold) over the --enable-early-stop flag, checked as FastDeploy checks them; throws
+// ernie::Error naming the key, the value and what was expected.
+EarlyStopConfig parse_early_stop_config(bool flag, const std::optional<std::string>& json_text);
+
 struct EngineConfig {
   int block_size = 64;                          // --block-size
   double gpu_memory_utilization = 0.9;          // --gpu-memory-utilization: share of this machine's RAM
@@ -26,6 +40,10 @@ struct EngineConfig {
   SamplingClass sampling_class = SamplingClass::kBase;  // FD_SAMPLING_CLASS
   uint64_t seed = 0;                            // seeds requests that bring no seed
   std::string quantization;  // --quantization as given; model/quantization.h parses it against the model
+  EarlyStopConfig early_stop;
+  // --max-waiting-time: seconds a request may wait for its first admission before it is
+  // refused (RequestOutput::waited_too_long); unset: no limit (FastDeploy's -1).
+  std::optional<double> max_waiting_time;
 
   // Tokens per step when the flag is absent: 512 with chunked prefill (a CPU computes a
   // 2048-token chunk for seconds, stalling every decode behind it), else max_model_len

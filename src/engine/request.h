@@ -39,6 +39,12 @@ struct EngineRequest {
   // tokens generated there so far.
   bool thinking = false;
   int64_t reasoning_tokens = 0;
+  // Prompt logprobs (SamplingParams::prompt_logprobs): the next prompt position to score
+  // (position 0 has none), and the entries scored so far, sent with the first token.
+  int64_t next_prompt_logprob = 1;
+  std::vector<PromptTokenLogprob> prompt_logprobs;
+  // Early stop: sampled tokens in a row whose probability passed the threshold.
+  int confident_run = 0;
 
   std::unique_ptr<RequestSampler> sampler;
   std::chrono::steady_clock::time_point arrival;

@@ -22,6 +22,10 @@ struct RequestOutput {
   std::optional<FinishReason> finish_reason;
   std::string error;                     // with FinishReason::kError
   bool server_fault = false;             // the error is the engine's, not the request's
+  bool waited_too_long = false;          // refused: not admitted within EngineConfig::max_waiting_time
+  // With the first generated token, when the request asked for prompt logprobs: one entry
+  // per prompt token after the first.
+  std::vector<PromptTokenLogprob> prompt_logprobs;
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;             // prompt tokens served by the prefix cache
   int64_t completion_tokens = 0;         // generated so far

@@ -343,6 +343,7 @@ struct Scratch {
   CandidateList candidates;
   std::vector<float> heap;
   std::vector<Candidate> ranked;
+  std::vector<Candidate> candidates_sorted;  // the whole row, for the top-p nucleus of logprobs
   std::vector<float> raw_logits;
 };
 
@@ -617,21 +618,94 @@ int32_t draw_rejection(std::span<const float> logits, const Truncation& truncati
 
 // ---- Logprobs of the raw row.
 
-void fill_logprobs(Scratch& scratch, int32_t token, size_t wanted, SampledToken& result) {
-  const std::span<const float> raw(scratch.raw_logits);
-  const float max_logit = max_of(raw.data(), raw.size());
-  scratch.weights.resize(raw.size());
-  scratch.block_weights.resize((raw.size() + kBlock - 1) / kBlock);
-  const double sum =
-      exponentiate(raw.data(), raw.size(), max_logit, 1.0f, 0.0f, scratch.weights.data(), scratch.block_weights.data());
-  const double log_normaliser = static_cast<double>(max_logit) + std::log(sum);
-  result.logprob = static_cast<float>(raw[static_cast<size_t>(token)] - log_normaliser);
+// The `wanted` most likely tokens of a row, most likely first (ties: lower id first).
+// A few are kept in a sorted insertion list; many (a client may ask for the whole
+// vocabulary) are partially sorted instead, which stays O(n log wanted).
+void rank_most_likely(std::span<const float> raw, size_t wanted, std::vector<Candidate>& out) {
+  constexpr size_t kInsertionListLimit = 64;
+  if (wanted <= kInsertionListLimit) {
+    most_likely_tokens(raw.data(), raw.size(), wanted, out);
+    return;
+  }
+  out.clear();
+  for (size_t token = 0; token < raw.size(); ++token)
+    if (!std::isnan(raw[token])) out.push_back({raw[token], 0.0f, static_cast<int32_t>(token)});
+  wanted = std::min(wanted, out.size());
+  std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(wanted), out.end(), kMoreLikely);
+  out.resize(wanted);
+}
+
+// FastDeploy's logprob post-processing (fastdeploy-behaviour.md §7): logprobs of
+// logits / temperature, then, with top_p < 1, renormalised over the top-p nucleus (the
+// most likely tokens while the mass before each is at most top_p); tokens outside it get
+// the lowest float, as FastDeploy clips log(0) to.
+struct LogprobTransform {
+  float inverse_temperature = 1.0f;
+  float top_p = 1.0f;  // 1: no renormalisation
+};
+
+// log p of every token of `raw` under the transform: logprob(t) = raw[t] * scale - offset
+// for tokens in `kept`, the lowest float for the others.
+class LogprobRow {
+ public:
+  LogprobRow(std::span<const float> raw, const LogprobTransform& transform, Scratch& scratch)
+      : raw_(raw), scale_(transform.inverse_temperature) {
+    const float max_logit = max_of(raw.data(), raw.size());
+    scratch.weights.resize(raw.size());
+    scratch.block_weights.resize((raw.size() + kBlock - 1) / kBlock);
+    const double total = exponentiate(raw.data(), raw.size(), max_logit, scale_, 0.0f, scratch.weights.data(),
+                                      scratch.block_weights.data());
+    double kept_mass = total;
+    if (transform.top_p < 1.0f) {
+      // Walk the tokens from the most likely until the mass before the next one passes
+      // top_p; the last one walked bounds the nucleus.
+      // top_p is rarely reached after more than a few hundred tokens, so rank those
+      // first and the whole row only when they fall short.
+      const double limit = static_cast<double>(transform.top_p) * total;
+      for (size_t window = std::min<size_t>(256, raw.size());; window = raw.size()) {
+        rank_most_likely(raw, window, scratch.candidates_sorted);
+        double before = 0.0;
+        bool passed = false;
+        for (const Candidate& candidate : scratch.candidates_sorted) {
+          if (before > limit) {
+            passed = true;
+            break;
+          }
+          before += scratch.weights[static_cast<size_t>(candidate.token)];
+          last_kept_ = candidate;
+        }
+        kept_mass = before;
+        if (passed || window == raw.size()) break;
+      }
+      nucleus_ = true;
+    }
+    offset_ = static_cast<double>(max_logit) * scale_ + std::log(kept_mass);
+  }
+
+  float operator()(int32_t token) const {
+    const float logit = raw_[static_cast<size_t>(token)];
+    if (nucleus_ && kMoreLikely(last_kept_, Candidate{logit, 0.0f, token}))
+      return std::numeric_limits<float>::lowest();
+    return static_cast<float>(static_cast<double>(logit) * scale_ - offset_);
+  }
+
+ private:
+  std::span<const float> raw_;
+  float scale_;
+  double offset_ = 0.0;
+  bool nucleus_ = false;
+  Candidate last_kept_{};
+};
+
+void fill_logprobs(std::span<const float> raw, const LogprobTransform& transform, Scratch& scratch, int32_t token,
+                   size_t wanted, SampledToken& result) {
+  const LogprobRow logprob(raw, transform, scratch);
+  result.logprob = logprob(token);
   wanted = std::min(wanted, raw.size());
   if (wanted == 0) return;
-  most_likely_tokens(raw.data(), raw.size(), wanted, scratch.ranked);
+  rank_most_likely(raw, wanted, scratch.ranked);
   result.top_logprobs.reserve(wanted);
-  for (const Candidate& candidate : scratch.ranked)
-    result.top_logprobs.push_back({candidate.token, static_cast<float>(candidate.logit - log_normaliser)});
+  for (const Candidate& candidate : scratch.ranked) result.top_logprobs.push_back({candidate.token, logprob(candidate.token)});
 }
 
 float& logit_of(std::span<float> logits, int32_t token, const char* what) {
@@ -642,13 +716,26 @@ float& logit_of(std::span<float> logits, int32_t token, const char* what) {
 
 }  // namespace
 
+PromptTokenLogprob score_prompt_token(std::span<const float> logits, int32_t token, size_t top) {
+  if (logits.empty()) fail("cannot score a prompt token against an empty row of logits");
+  if (token < 0 || static_cast<size_t>(token) >= logits.size())
+    fail("prompt token id ", token, " is outside the vocabulary of the logits row [0, ", logits.size(), ")");
+  Scratch& scratch = thread_scratch();
+  SampledToken scored;
+  fill_logprobs(logits, LogprobTransform{}, scratch, token, top, scored);
+  const float logit = logits[static_cast<size_t>(token)];
+  const auto more_likely = std::count_if(logits.begin(), logits.end(), [logit](float other) { return other > logit; });
+  return {token, scored.logprob, static_cast<int64_t>(more_likely) + 1, std::move(scored.top_logprobs)};
+}
+
 int32_t argmax(std::span<const float> logits) {
   if (logits.empty()) fail("argmax of an empty row of logits");
   return argmax_of(logits.data(), logits.size());
 }
 
 RequestSampler::RequestSampler(const SamplingParams& params, std::span<const int32_t> prompt,
-                               std::vector<int32_t> eos_token_ids, uint64_t default_seed, SamplingClass sampling_class)
+                               std::vector<int32_t> eos_token_ids, uint64_t default_seed, SamplingClass sampling_class,
+                               bool report_probability)
     : params_(params),
       eos_token_ids_(std::move(eos_token_ids)),
       sampling_class_(sampling_class),
@@ -656,7 +743,8 @@ RequestSampler::RequestSampler(const SamplingParams& params, std::span<const int
       greedy_(params.temperature < kGreedyBelow || params.top_k == 1 || params.top_p < kGreedyBelow),
       inverse_temperature_(greedy_ ? 1.0f : 1.0f / params.temperature),
       top_k_(params.top_k > 0 ? params.top_k : 0),
-      top_p_(params.top_p) {
+      top_p_(params.top_p),
+      report_probability_(report_probability) {
   seen_index_.reserve(prompt.size());
   for (int32_t token : prompt) note_seen(token);
 }
@@ -692,7 +780,24 @@ SampledToken RequestSampler::sample(std::span<float> logits) {
     result.token = sampling_class_ == SamplingClass::kBase ? draw_base(logits, truncation, scratch, random_)
                                                            : draw_rejection(logits, truncation, scratch, random_);
   }
-  if (params_.logprobs) fill_logprobs(scratch, result.token, static_cast<size_t>(*params_.logprobs), result);
+  if (params_.logprobs) {
+    LogprobTransform transform;
+    if (params_.temp_scaled_logprobs) transform.inverse_temperature = 1.0f / std::max(params_.temperature, kGreedyBelow);
+    if (params_.top_p_normalized_logprobs) transform.top_p = params_.top_p;
+    fill_logprobs(scratch.raw_logits, transform, scratch, result.token, static_cast<size_t>(*params_.logprobs), result);
+  }
+  if (report_probability_) {
+    // The chosen token's probability under the processed row at the request's
+    // temperature, before truncation (FastDeploy's early stopper reads the same); a
+    // greedy request is judged at temperature 1, where its confidence means something.
+    const float scale = greedy_ ? 1.0f : inverse_temperature_;
+    const float max_logit = max_of(logits.data(), logits.size());
+    scratch.weights.resize(logits.size());
+    scratch.block_weights.resize((logits.size() + kBlock - 1) / kBlock);
+    const double total = exponentiate(logits.data(), logits.size(), max_logit, scale, 0.0f, scratch.weights.data(),
+                                      scratch.block_weights.data());
+    result.probability = static_cast<float>(scratch.weights[static_cast<size_t>(result.token)] / total);
+  }
   return result;
 }
 

@@ -29,8 +29,10 @@
 // penalties, temperature and truncation. FastDeploy computes them that way (sampler.py
 // forward_cuda calls compute_logprobs on the logits before apply_penalty_multi_scores, its
 // "raw_logprobs"), and so does vLLM by default (logprobs_mode = raw_logprobs): they describe
-// the model, not the sampling settings. FastDeploy's optional temp_scaled_logprobs and
-// top_p_normalized_logprobs post-processing is not done here.
+// the model, not the sampling settings. FastDeploy's optional post-processing is done on
+// request: temp_scaled_logprobs divides the raw row by the temperature first, and
+// top_p_normalized_logprobs (with top_p < 1) renormalises over the top-p nucleus, giving
+// the lowest float to tokens outside it.
 #pragma once
 
 #include <cstdint>
@@ -53,16 +55,30 @@ struct SampledToken {
   float logprob = 0.0f;                    // of the chosen token; only filled when params.logprobs is set
   std::vector<TokenLogprob> top_logprobs;  // params.logprobs entries (fewer if the vocabulary is smaller),
                                            // most likely first, ties by lower token id
+  // Of the chosen token under the processed row (penalties applied) at the request's
+  // temperature (1 when greedy), before truncation; filled when report_probability is set.
+  float probability = 1.0f;
 };
+
+// A prompt token's logprob under the raw row of logits that predicted it, its rank
+// (1 + the number of tokens strictly more likely) and the `top` most likely tokens.
+struct PromptTokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  int64_t rank = 1;
+  std::vector<TokenLogprob> top;
+};
+PromptTokenLogprob score_prompt_token(std::span<const float> logits, int32_t token, size_t top);
 
 class RequestSampler {
  public:
   // prompt: the request's prompt ids (they count as "seen" for repetition_penalty);
   // eos_token_ids: the model's end tokens (banned until min_tokens were generated);
-  // default_seed: used when params.seed is unset. params should have passed
-  // validate_sampling_params.
+  // default_seed: used when params.seed is unset; report_probability: fill
+  // SampledToken::probability (the engine's early stop reads it). params should have
+  // passed validate_sampling_params.
   RequestSampler(const SamplingParams& params, std::span<const int32_t> prompt, std::vector<int32_t> eos_token_ids,
-                 uint64_t default_seed, SamplingClass sampling_class);
+                 uint64_t default_seed, SamplingClass sampling_class, bool report_probability = false);
 
   // logits: one row [vocab] of raw model logits. It is used as scratch: the penalties and
   // bans are written into it. Does not record the token: the engine calls accept(). NaN
@@ -99,6 +115,7 @@ class RequestSampler {
   float inverse_temperature_;
   int top_k_;    // 0: off
   float top_p_;  // 1: off
+  bool report_probability_;
   int num_generated_ = 0;
   std::vector<SeenToken> seen_;
   std::unordered_map<int32_t, size_t> seen_index_;

@@ -42,8 +42,10 @@ void validate_sampling_params(const SamplingParams& params, int vocab_size) {
   if (params.seed && *params.seed > kMaxSeed) fail("seed must lie in [0, ", kMaxSeed, "], got ", *params.seed);
   if (params.reasoning_max_tokens && *params.reasoning_max_tokens < 1)
     fail("reasoning_max_tokens must be >= 1, got ", *params.reasoning_max_tokens);
-  if (params.logprobs && (*params.logprobs < 0 || *params.logprobs > kMaxTopLogprobs))
-    fail("logprobs (top_logprobs) must lie in [0, ", kMaxTopLogprobs, "], got ", *params.logprobs);
+  if (params.logprobs && (*params.logprobs < 0 || *params.logprobs > vocab_size))
+    fail("logprobs (top_logprobs) must lie in [0, ", vocab_size, "] (the vocabulary size), got ", *params.logprobs);
+  if (params.prompt_logprobs && (*params.prompt_logprobs < 0 || *params.prompt_logprobs > vocab_size))
+    fail("prompt_logprobs must lie in [0, ", vocab_size, "] (the vocabulary size), got ", *params.prompt_logprobs);
   for (size_t i = 0; i < params.stop.size(); ++i) {
     // An empty stop string would match before every token.
     if (params.stop[i].empty()) fail("stop[", i, "] is an empty string; stop strings must be non-empty");

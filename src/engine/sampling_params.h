@@ -27,15 +27,19 @@ struct SamplingParams {
   bool include_stop_str_in_output = false;
   std::vector<int32_t> bad_words_token_ids;  // never sampled
   bool ignore_eos = false;                   // the engine keeps going past end tokens
-  std::optional<int> logprobs;               // top logprobs wanted per token, 0..20; unset: no logprobs
+  std::optional<int> logprobs;               // top logprobs wanted per token, 0..vocab; unset: no logprobs
+  bool temp_scaled_logprobs = false;         // logprobs of the raw logits divided by the temperature
+  bool top_p_normalized_logprobs = false;    // logprobs renormalised over the top-p nucleus (when top_p < 1)
+  // Per prompt token after the first: its logprob and rank under the logits that predicted
+  // it, plus this many most likely tokens; unset: none. The prompt skips the prefix cache.
+  std::optional<int> prompt_logprobs;
   // Thinking budget (FastDeploy's reasoning_max_tokens): when a prompt leaves the model
   // inside <think>, at most this many tokens are generated before </think> is forced in;
   // an end token sampled earlier is replaced by </think> too. Unset: no budget.
   std::optional<int> reasoning_max_tokens;
 };
 
-// FastDeploy's limits.
-inline constexpr int kMaxTopLogprobs = 20;
+// FastDeploy's limits (--max-logprobs defaults to 20 top logprobs).
 inline constexpr uint64_t kMaxSeed = 922337203685477580ull;
 inline constexpr float kMaxAbsolutePenalty = 2.0f;  // presence and frequency
 

@@ -51,6 +51,12 @@ size_t Scheduler::next_to_admit(const std::unordered_map<uint64_t, int>& running
   return best;
 }
 
+int64_t Scheduler::prompt_chunk(const EngineRequest& request, int64_t remaining, int64_t budget) {
+  const int64_t wanted = std::min(remaining, budget);
+  // Each prompt-logprob row is a vocabulary of logits (400 KB at ERNIE's 103k tokens).
+  return request.params.prompt_logprobs ? std::min(wanted, kMaxPromptLogprobRowsPerStep) : wanted;
+}
+
 SchedulerStep Scheduler::schedule() {
   SchedulerStep step;
   int64_t budget = config_.max_num_batched_tokens;
@@ -72,7 +78,7 @@ SchedulerStep Scheduler::schedule() {
         ++i;
         continue;
       }
-      const int64_t wanted = decodes ? std::min(remaining, budget) : std::min(remaining, budget - reserved);
+      const int64_t wanted = decodes ? std::min(remaining, budget) : prompt_chunk(*request, remaining, budget - reserved);
       if (wanted <= 0) {
         ++i;
         continue;
@@ -111,7 +117,9 @@ SchedulerStep Scheduler::schedule() {
     const size_t index = next_to_admit(running_per_group);
     EngineRequest* request = waiting_[index];
     if (config_.v0_admission && !admit_under_v0_ratio(*request)) break;
-    const int64_t cached = cache_.acquire_cached_prefix(*request);
+    // Prompt logprobs need every prompt position's logits, so such a prompt is computed
+    // in full, not taken from the prefix cache.
+    const int64_t cached = request->params.prompt_logprobs ? 0 : cache_.acquire_cached_prefix(*request);
     if (!request->cached_tokens) request->cached_tokens = cached;
     request->num_computed_tokens = cached;
     const int64_t remaining = request->num_tokens() - cached;
@@ -120,7 +128,7 @@ SchedulerStep Scheduler::schedule() {
       request->num_computed_tokens = 0;
       break;
     }
-    const int64_t wanted = std::min(remaining, budget);
+    const int64_t wanted = prompt_chunk(*request, remaining, budget);
     if (!cache_.allocate_slots(*request, cached + wanted)) {
       cache_.free(*request);
       request->num_computed_tokens = 0;

@@ -40,6 +40,10 @@ struct SchedulerStep {
   int64_t num_tokens() const;
 };
 
+// Prompt tokens of a request asking for prompt logprobs computed in one step, which
+// bounds the step's logits buffer at this many vocabulary-sized rows.
+inline constexpr int64_t kMaxPromptLogprobRowsPerStep = 256;
+
 class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, KvCacheManager& cache) : config_(config), cache_(cache) {}
@@ -56,6 +60,8 @@ class Scheduler {
  private:
   void preempt(EngineRequest* request);
   bool admit_under_v0_ratio(const EngineRequest& request) const;
+  // Tokens of the request's prompt to compute this step, out of `remaining`, in `budget`.
+  static int64_t prompt_chunk(const EngineRequest& request, int64_t remaining, int64_t budget);
   // The waiting request to admit next: the first whose group has the fewest running.
   size_t next_to_admit(const std::unordered_map<uint64_t, int>& running_per_group) const;
 

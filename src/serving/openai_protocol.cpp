@@ -270,13 +270,21 @@ void parse_sampling(const json& body, const RequestDefaults& defaults, OpenAiReq
   }
 }
 
+// A count of logprobs: -1 (the whole vocabulary, within --max-logprobs) or more.
+int logprob_count(const json& body, const char* key) {
+  const int64_t count = *int_field(body, key);
+  if (count < -1 || count > INT32_MAX)
+    invalid_field(key, std::string("\"") + key + "\" must be -1 (the whole vocabulary) or at least 0, got " +
+                           std::to_string(count));
+  return static_cast<int>(count);
+}
+
 void parse_logprobs(const json& body, OpenAiRequest& request) {
   if (request.kind == ApiKind::kChat) {
     request.logprobs = bool_field(body, "logprobs", false);
-    if (auto top = int_field(body, "top_logprobs")) {
-      if (*top < 0 || *top > kMaxTopLogprobs) invalid_field("top_logprobs", "\"top_logprobs\" must lie in 0..20");
+    if (int_field(body, "top_logprobs")) {
+      request.top_logprobs = logprob_count(body, "top_logprobs");
       if (!request.logprobs) invalid_field("top_logprobs", "\"top_logprobs\" needs \"logprobs\": true");
-      request.top_logprobs = static_cast<int>(*top);
     }
   } else if (present(body, "logprobs") && body.at("logprobs").is_boolean()) {
     // Lenient as FastDeploy: `true` on completions means the chosen token's logprob
@@ -285,12 +293,14 @@ void parse_logprobs(const json& body, OpenAiRequest& request) {
       request.logprobs = true;
       request.top_logprobs = 1;
     }
-  } else if (auto count = int_field(body, "logprobs")) {
-    if (*count < 0 || *count > kMaxTopLogprobs) invalid_field("logprobs", "\"logprobs\" must lie in 0..20");
+  } else if (int_field(body, "logprobs")) {
     request.logprobs = true;
-    request.top_logprobs = static_cast<int>(*count);
+    request.top_logprobs = logprob_count(body, "logprobs");
   }
-  if (request.logprobs) request.params.logprobs = request.top_logprobs;
+  if (int_field(body, "prompt_logprobs")) request.prompt_logprobs = logprob_count(body, "prompt_logprobs");
+  request.include_logprobs_decode_token = bool_field(body, "include_logprobs_decode_token", true);
+  request.params.temp_scaled_logprobs = bool_field(body, "temp_scaled_logprobs", false);
+  request.params.top_p_normalized_logprobs = bool_field(body, "top_p_normalized_logprobs", false);
 }
 
 // nlohmann's messages start with its internal exception name ("[json.exception.
@@ -349,7 +359,8 @@ std::string error_body(const ApiError& error) {
   body["error"] = {{"message", error.message},
                    {"type", error.type},
                    {"param", error.param.empty() ? ordered_json(nullptr) : ordered_json(error.param)},
-                   {"code", error.status}};
+                   // FastDeploy's code for a timeout is a word; any other is the status.
+                   {"code", error.type == "timeout_error" ? ordered_json("timeout") : ordered_json(error.status)}};
   return dump_json(body);
 }
 

@@ -62,7 +62,9 @@ struct OpenAiRequest {
   int n = 1;          // choices per prompt
   bool echo = false;  // completions
   bool logprobs = false;
-  int top_logprobs = 0;
+  int top_logprobs = 0;                 // -1: the whole vocabulary (settled against --max-logprobs)
+  std::optional<int> prompt_logprobs;   // -1: the whole vocabulary
+  bool include_logprobs_decode_token = true;  // prompt_logprobs carry each token's text
   std::optional<int> max_tokens;  // max_completion_tokens or max_tokens
   SamplingParams params;          // max_tokens is settled once the prompt length is known
   std::vector<std::string> bad_words;

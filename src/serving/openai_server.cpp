@@ -122,6 +122,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     bool starts_in_reasoning = false;
     std::vector<int32_t> token_ids;
     std::vector<LogprobEntry> logprobs;
+    ordered_json prompt_logprobs;  // null unless the request asked for them
     std::optional<FinishReason> finish_reason;
     int64_t cached_tokens = 0;
     // n > 1: the choices after the first of a prompt wait for that one's first output,
@@ -242,8 +243,13 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     engine_request.fairness_group = fairness_group_;
     if (choice.parser) engine_request.visible_special_tokens = service_.markers_.all_ids();
     try {
-      service_.engine_.submit(std::move(engine_request),
-                              [self = shared_from_this(), i](RequestOutput output) { self->on_output(i, std::move(output)); });
+      if (!service_.submit_unless_paused(std::move(engine_request), [self = shared_from_this(), i](RequestOutput output) {
+            self->on_output(i, std::move(output));
+          })) {
+        RequestOutput aborted;  // admitted just before a pause
+        aborted.finish_reason = FinishReason::kAbort;
+        on_output(i, std::move(aborted));
+      }
     } catch (const Error& error) {
       RequestOutput failed;
       failed.finish_reason = FinishReason::kError;
@@ -346,6 +352,31 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     return entries;
   }
 
+  // FastDeploy's (and vLLM's) prompt_logprobs: null for the first prompt token, then per
+  // token {"<id>": {logprob, rank, decoded_token}} for the token itself and the most
+  // likely ones. -inf, which JSON cannot hold, becomes FastDeploy's -9999.0.
+  ordered_json prompt_logprobs_json(const std::vector<PromptTokenLogprob>& scored) const {
+    const Tokenizer& tokenizer = service_.tokenizer_;
+    auto entry = [&](int32_t token, float logprob, int64_t rank) {
+      return ordered_json{{"logprob", std::isinf(logprob) ? -9999.0f : logprob},
+                          {"rank", rank},
+                          {"decoded_token", request_.include_logprobs_decode_token
+                                                ? ordered_json(tokenizer.token_bytes(token, false))
+                                                : ordered_json(nullptr)}};
+    };
+    ordered_json list = ordered_json::array({nullptr});
+    for (const PromptTokenLogprob& position : scored) {
+      ordered_json tokens = ordered_json::object();
+      tokens[std::to_string(position.token)] = entry(position.token, position.logprob, position.rank);
+      for (size_t k = 0; k < position.top.size(); ++k) {
+        const std::string key = std::to_string(position.top[k].token);
+        if (!tokens.contains(key)) tokens[key] = entry(position.top[k].token, position.top[k].logprob, static_cast<int64_t>(k) + 1);
+      }
+      list.push_back(std::move(tokens));
+    }
+    return list;
+  }
+
   void on_output(size_t index, RequestOutput output) {
     std::vector<size_t> siblings;
     {
@@ -369,6 +400,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     if (output.finish_reason == FinishReason::kError) {
       error_ = output.error;
       server_fault_ = server_fault_ || output.server_fault;
+      waited_too_long_ = waited_too_long_ || output.waited_too_long;
       choice.finish_reason = FinishReason::kError;
     } else {
       if (!output.token_ids.empty() && !first_token_) first_token_ = Clock::now();
@@ -391,11 +423,15 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       if (output.finished()) choice.finish_reason = output.finish_reason;
       // With a parser, a delta that only carried markers says nothing (FastDeploy sends
       // none), unless the client asked for every token's ids or logprobs.
+      const bool has_prompt_logprobs = !output.prompt_logprobs.empty();
+      if (has_prompt_logprobs) choice.prompt_logprobs = prompt_logprobs_json(output.prompt_logprobs);
       const bool worth_sending =
-          !parsed.empty() ||
+          !parsed.empty() || has_prompt_logprobs ||
           (!output.token_ids.empty() && (!choice.parser || request_.return_token_ids || request_.logprobs));
       if (request_.stream && !disconnected_ && worth_sending) {
         choice.pending.push_back(delta_entry(index, parsed, first_call_index, output.token_ids, output.text, logprobs));
+        // Streamed, the prompt's logprobs ride on the choice's first generated token.
+        if (has_prompt_logprobs) choice.pending.back()["prompt_logprobs"] = choice.prompt_logprobs;
       }
       if (request_.stream && !disconnected_) flush_stream_entries(index, output.finished());
     }
@@ -462,6 +498,9 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
   // An engine fault is the server's (500); anything else the request's (400).
   ApiError failure() const {
     if (server_fault_) return {500, error_, "server_error", ""};
+    // FastDeploy's type and code for a request that waited too long; 503, not its blanket
+    // 500, since the server is busy rather than broken and a retry may well succeed.
+    if (waited_too_long_) return {503, error_, "timeout_error", ""};
     return {400, error_, "invalid_request_error", ""};
   }
 
@@ -490,8 +529,8 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
         entry["text"] = prefix + choice.text;
         add_token_fields(entry, &choice.prompt_ids, &choice.prompt_text, &choice.token_ids, &choice.raw_text);
         entry["logprobs"] = request_.logprobs ? completion_logprobs_json(choice.logprobs, prefix.size()) : ordered_json(nullptr);
-        entry["prompt_logprobs"] = nullptr;  // FastDeploy's field; prompt logprobs are not computed here
       }
+      entry["prompt_logprobs"] = choice.prompt_logprobs;  // null unless asked for
       entry["finish_reason"] = finish_text(choice);
       choices.push_back(entry);
     }
@@ -551,6 +590,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
   bool disconnected_ = false;
   std::string error_;
   bool server_fault_ = false;
+  bool waited_too_long_ = false;
 };
 
 OpenAiService::OpenAiService(const ServeConfig& config, EngineClient& engine, const Tokenizer& tokenizer,
@@ -624,8 +664,9 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
   const std::string& path = request.path;
   // HEAD is GET without the body (the HTTP layer leaves it out).
   const bool get = request.method == "GET" || request.method == "HEAD", post = request.method == "POST";
+  const bool control = path == "/v1/pause" || path == "/v1/resume" || path == "/v1/is_paused";
   const bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
-                     path == "/health" || path == "/ping" || path == "/metrics";
+                     path == "/health" || path == "/ping" || path == "/metrics" || control;
   if (request.method == "OPTIONS" && known) {
     responder->respond(cors_preflight(request));
     return;
@@ -656,6 +697,14 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
     else responder->respond(models_response());
     return;
   }
+  if (control) {
+    const bool is_paused = path == "/v1/is_paused";
+    if (is_paused ? !get : !post)
+      responder->respond(json_error_response({405, std::string("use ") + (is_paused ? "GET" : "POST") + " for " + path,
+                                              "invalid_request_error", ""}));
+    else responder->respond(control_response(path.c_str() + 4));  // "pause", "resume" or "is_paused"
+    return;
+  }
   if (!post) {
     responder->respond(json_error_response({405, "use POST for " + path, "invalid_request_error", ""}));
     return;
@@ -681,6 +730,8 @@ void OpenAiService::admit(const std::shared_ptr<ResponseAssembler>& assembler) {
   const std::string& client_id = assembler->client_request_id();
   std::lock_guard<std::mutex> lock(live_mutex_);
   if (shutting_down_) throw ApiException{{503, "the server is shutting down", "server_error", ""}};
+  if (paused_.load())
+    throw ApiException{{503, "Request is aborted since LLM Engine is paused. (POST /v1/resume resumes it)", "server_error", ""}};
   // Each prompt of a batch counts: a batch is as much work as that many requests.
   if (in_flight_.load() + prompts > config_.max_concurrency)
     throw ApiException{{429, "Too many requests, current max concurrency is " + std::to_string(config_.max_concurrency) +
@@ -715,6 +766,44 @@ std::vector<std::string> OpenAiService::abort_all_requests() {
     assembler->abort_all();
   }
   return cut_off;
+}
+
+bool OpenAiService::submit_unless_paused(GenerateRequest request, EngineClient::OutputSink sink) {
+  std::shared_lock<std::shared_mutex> lock(pause_mutex_);
+  if (paused_.load()) return false;
+  engine_.submit(std::move(request), std::move(sink));
+  return true;
+}
+
+std::vector<std::string> OpenAiService::pause() {
+  {
+    std::unique_lock<std::shared_mutex> lock(pause_mutex_);
+    if (paused_.exchange(true)) return {};
+  }
+  std::vector<std::string> aborted = abort_all_requests();
+  log_info("paused (POST /v1/pause): new requests are refused; aborted ", aborted.size(), " request(s) in flight");
+  return aborted;
+}
+
+void OpenAiService::resume() {
+  std::unique_lock<std::shared_mutex> lock(pause_mutex_);
+  if (paused_.exchange(false)) log_info("resumed (POST /v1/resume): requests are admitted again");
+}
+
+// FastDeploy's control answer: {"request_id": "control-…", "status": "success",
+// "error_message": "Success", "result": null, or {"is_paused": …} for is_paused}.
+HttpResponse OpenAiService::control_response(const char* method) {
+  ordered_json result = nullptr;
+  if (std::string_view(method) == "pause") pause();
+  else if (std::string_view(method) == "resume") resume();
+  else result = {{"is_paused", paused()}};
+  ordered_json body = {{"request_id", "control-" + random_hex(16)},
+                       {"status", "success"},
+                       {"error_message", "Success"},
+                       {"result", result}};
+  HttpResponse response;
+  response.body = dump_json(body);
+  return response;
 }
 
 std::vector<std::string> OpenAiService::shutdown(std::chrono::milliseconds wait) {
@@ -777,6 +866,21 @@ std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest
   return {tokenizer_.encode(rendered)};
 }
 
+int OpenAiService::settle_logprob_count(const char* field, int count) const {
+  const int vocab = model_.vocab_size;
+  const int most = config_.max_logprobs == -1 ? vocab : std::min(config_.max_logprobs, vocab);
+  if (count == -1) {
+    if (most < vocab)
+      invalid_field(field, "The requested value of (" + std::to_string(vocab) + ") for " + field +
+                               " (-1) exceeds the maximum allowed value of (" + std::to_string(most) + ") (--max-logprobs)");
+    return vocab;
+  }
+  if (count > most)
+    invalid_field(field, "Number of " + std::string(field) + " requested (" + std::to_string(count) +
+                             ") exceeds maximum allowed value (" + std::to_string(most) + ") (--max-logprobs)");
+  return count;
+}
+
 void OpenAiService::finalize_params(OpenAiRequest& request, size_t prompt_length) const {
   const int64_t max_model_len = config_.engine.max_model_len;
   const int64_t length = static_cast<int64_t>(prompt_length);
@@ -791,10 +895,16 @@ void OpenAiService::finalize_params(OpenAiRequest& request, size_t prompt_length
                                     "), got " + std::to_string(*request.max_tokens));
   // Absent: all the room left; larger than the room: clipped (FastDeploy does both).
   request.params.max_tokens = static_cast<int>(std::min<int64_t>(request.max_tokens.value_or(room), room));
+  // FastDeploy's messages, with the flag to use.
   if (request.logprobs && !config_.enable_logprob)
     invalid_field("logprobs", "Logprobs is disabled, please enable it in startup config (--enable-logprob).");
-  if (request.logprobs && request.top_logprobs > config_.max_logprobs)
-    invalid_field("top_logprobs", "at most --max-logprobs " + std::to_string(config_.max_logprobs) + " top logprobs");
+  if (request.prompt_logprobs && !config_.enable_logprob)
+    invalid_field("prompt_logprobs", "`enable_logprob` is disabled, please enable it in startup config (--enable-logprob).");
+  if (request.logprobs)
+    request.params.logprobs = settle_logprob_count(request.kind == ApiKind::kChat ? "top_logprobs" : "logprobs",
+                                                   request.top_logprobs);
+  if (request.prompt_logprobs)
+    request.params.prompt_logprobs = settle_logprob_count("prompt_logprobs", *request.prompt_logprobs);
   for (const std::string& word : request.bad_words) {
     // FastDeploy keeps the words that are one token, as written or after a space.
     for (const std::string& form : {word, " " + word}) {

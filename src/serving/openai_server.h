@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <unordered_set>
 
@@ -54,6 +55,13 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   // keeps the service alive until its last output.
   std::vector<std::string> shutdown(std::chrono::milliseconds wait);
 
+  // FastDeploy's /v1/pause: new requests are refused (503) and every request in flight
+  // is aborted (finish_reason "abort", the text so far kept); returns their response ids.
+  // /v1/resume admits requests again. Both may be repeated.
+  std::vector<std::string> pause();
+  void resume();
+  bool paused() const { return paused_.load(); }
+
  private:
   friend class ResponseAssembler;
   void handle_generation(ApiKind kind, const HttpRequest& request, std::shared_ptr<HttpResponder> responder,
@@ -62,9 +70,16 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   // 400 for a client request_id already in flight).
   void admit(const std::shared_ptr<ResponseAssembler>& assembler);
   void forget(const ResponseAssembler& assembler);  // its final output went out
+  // Hands a choice to the engine unless the service is paused (false then). Holding the
+  // pause lock shared while submitting means a pause either sees the request in the
+  // engine, and aborts it, or this sees the pause.
+  bool submit_unless_paused(GenerateRequest request, EngineClient::OutputSink sink);
+  HttpResponse control_response(const char* method);  // /v1/pause, /v1/resume, /v1/is_paused
   void check_prompt_bytes(const std::string& text, const char* field) const;
   std::vector<std::vector<int32_t>> prompts_for(const OpenAiRequest& request, std::string& rendered_prompt) const;
   void finalize_params(OpenAiRequest& request, size_t prompt_length) const;
+  // A logprob count (-1: the vocabulary) within --max-logprobs, or a 400 naming `field`.
+  int settle_logprob_count(const char* field, int count) const;
   bool authorized(const HttpRequest& request) const;
   std::string metrics_text() const;
   HttpResponse models_response() const;
@@ -88,6 +103,8 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   std::map<const ResponseAssembler*, std::weak_ptr<ResponseAssembler>> live_;
   std::unordered_set<std::string> client_ids_;  // client request_ids in flight
   bool shutting_down_ = false;
+  std::shared_mutex pause_mutex_;
+  std::atomic<bool> paused_{false};
   // Declared last: destroyed (its threads joined) before anything they use.
   std::unique_ptr<WorkerPool> workers_;
 };

@@ -55,10 +55,12 @@ std::vector<FlagInfo> serve_flags() {
       flag("port", "PORT", "HTTP port of the OpenAI API", "8000"),
       flag("metrics-port", "PORT", "serve /metrics on this port too (it is always on the main port)"),
       flag("max-concurrency", "N", "requests in flight at once; more get HTTP 429", "512"),
+      flag("max-waiting-time", "SECONDS",
+           "refuse a request the engine has not admitted within this time (503, timeout_error); -1: no limit", "-1"),
       flag("api-key", "KEY", "require Authorization: Bearer KEY (repeatable; also FD_API_KEY, comma-separated)"),
       flag("chat-template", "FILE|TEXT", "Jinja chat template replacing the model's"),
       flag("enable-logprob", "", "allow requests to ask for logprobs"),
-      flag("max-logprobs", "N", "most top_logprobs a request may ask for", "20"),
+      flag("max-logprobs", "N", "most top_logprobs / prompt_logprobs a request may ask for; -1: the vocabulary size", "20"),
       flag("reasoning-parser", "NAME", "ernie_x1 (alias ernie-x1) or ernie-45-vl"),
       flag("tool-call-parser", "NAME", "ernie_x1"),
       flag("timeout-graceful-shutdown", "SECONDS", "on SIGINT/SIGTERM, wait this long for in-flight requests", "30"),
@@ -73,7 +75,6 @@ std::vector<FlagInfo> serve_flags() {
       cpu("enable-mm", "", "deprecated in FastDeploy; the architecture is read from config.json"),
       cpu("disable-custom-all-reduce", "", "no GPU all-reduce kernels on a CPU"),
       cpu("enable-custom-all-reduce", "", "no GPU all-reduce kernels on a CPU"),
-      cpu("max-waiting-time", "SECONDS", "requests are admitted or refused (429) at once; there is no waiting semaphore"),
       cpu("controller-port", "PORT", "no separate controller app runs"),
       cpu("scheduler-name", "NAME", "one local scheduler runs in the engine"),
       cpu("data-parallel-size", "N", "one engine per process; run several servers behind a load balancer for data parallelism"),
@@ -226,8 +227,13 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   }
   if (args.has("chat-template")) config.chat_template = read_template_argument(args.get("chat-template"));
   config.enable_logprob = args.flag("enable-logprob");
-  config.max_logprobs = static_cast<int>(args.get_int("max-logprobs"));
-  if (config.max_logprobs < 0 || config.max_logprobs > 20) fail("--max-logprobs must lie in 0..20, got ", config.max_logprobs);
+  const double max_waiting = args.get_double("max-waiting-time");
+  if (!(max_waiting > 0 || max_waiting == -1))
+    fail("--max-waiting-time must be a number of seconds above 0, or -1 for no limit, got ", args.get("max-waiting-time"));
+  const int64_t max_logprobs = args.get_int("max-logprobs");
+  if (max_logprobs < -1 || max_logprobs > INT32_MAX)
+    fail("--max-logprobs must be -1 (the vocabulary size) or at least 0, got ", max_logprobs);
+  config.max_logprobs = static_cast<int>(max_logprobs);
   if (args.has("reasoning-parser")) {
     config.reasoning_parser = parse_reasoning_parser_name(args.get("reasoning-parser"));
   }
@@ -239,6 +245,7 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   config.log_dir = env_or("FD_LOG_DIR", "log");
   config.threads = thread_count_from_flag(args.get_int("threads"));
   config.engine = engine_config_from_args(args);
+  if (max_waiting > 0) config.engine.max_waiting_time = max_waiting;
   const ModelConfig model = load_model_config(config.model_dir);
   fit_max_model_len(config.engine, model);
   // A bad --quantization is refused now, not after minutes of loading.

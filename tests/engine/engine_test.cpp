@@ -7,7 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
 
 #include "model/ernie_model.h"
 #include "support/test_support.h"
@@ -308,6 +312,108 @@ TEST_F(EngineTest, ALoneRequestIsNotStarvedByABatch) {
   const auto lone = std::find(finish_order.begin(), finish_order.end(), "lone");
   ASSERT_NE(lone, finish_order.end());
   EXPECT_LE(lone - finish_order.begin(), 3) << "the lone request was seated behind most of the batch";
+  expect_all_blocks_free(*engine);
+}
+
+// Prompt logprobs against the golden logits (an independent implementation, llama.cpp):
+// log_softmax of the row that predicted each prompt token, its rank, the top tokens.
+// The prompt is chunked over several steps and its prefix is already cached, which it
+// must not use.
+TEST_F(EngineTest, PromptLogprobsMatchTheGoldenLogits) {
+  const std::string golden_dir = testing::shared_dir() + "/golden/tiny-moe";
+  const nlohmann::json cases = nlohmann::json::parse(testing::read_file(golden_dir + "/cases.json"));
+  const nlohmann::json& test_case = cases.at("cases").at(3);
+  ASSERT_EQ(test_case.at("name"), "len130");
+  const auto ids = test_case.at("input_ids").get<std::vector<int32_t>>();
+  const std::vector<float> golden = testing::read_f32_file(golden_dir + "/" + test_case.at("logits_file").get<std::string>());
+  const size_t vocab = 4096;
+  const double tolerance = 2 * cases.at("tolerance_max_abs").get<double>();  // a logit error moves log Z too
+
+  EngineConfig config = small_config();
+  config.max_num_batched_tokens = 48;
+  auto engine = make_engine(config, 64);
+  run(*engine, {greedy("warm", ids, 1)});  // puts the prompt's blocks in the prefix cache
+  GenerateRequest request = greedy("scored", ids, 2);
+  request.params.prompt_logprobs = 3;
+  engine->add_request(std::move(request));
+  std::vector<PromptTokenLogprob> scored;
+  int outputs_with_scores = 0;
+  while (engine->has_work()) {
+    for (RequestOutput& output : engine->step()) {
+      if (output.prompt_logprobs.empty()) continue;
+      ++outputs_with_scores;
+      scored = output.prompt_logprobs;
+      EXPECT_EQ(output.cached_tokens, 0);
+    }
+  }
+  EXPECT_EQ(outputs_with_scores, 1);
+  ASSERT_EQ(scored.size(), ids.size() - 1);
+  for (size_t j = 1; j < ids.size(); ++j) {
+    SCOPED_TRACE(::testing::Message() << "prompt position " << j);
+    const std::span<const float> row(golden.data() + (j - 1) * vocab, vocab);
+    const double max_logit = *std::max_element(row.begin(), row.end());
+    double total = 0;
+    for (float logit : row) total += std::exp(logit - max_logit);
+    const auto logprob = [&](int32_t token) { return row[static_cast<size_t>(token)] - max_logit - std::log(total); };
+    const PromptTokenLogprob& entry = scored[j - 1];
+    EXPECT_EQ(entry.token, ids[j]);
+    EXPECT_NEAR(entry.logprob, logprob(ids[j]), tolerance);
+    // The rank may only differ through tokens within the tolerance of this one.
+    const float own = row[static_cast<size_t>(ids[j])];
+    const auto above = [&](double margin) {
+      return std::count_if(row.begin(), row.end(), [&](float logit) { return logit > own + margin; });
+    };
+    EXPECT_GE(entry.rank, above(tolerance) + 1);
+    EXPECT_LE(entry.rank, above(-tolerance) + 1);
+    ASSERT_EQ(entry.top.size(), 3u);
+    for (const TokenLogprob& top : entry.top) EXPECT_NEAR(top.logprob, logprob(top.token), tolerance);
+    EXPECT_NEAR(entry.top[0].logprob, logprob(static_cast<int32_t>(argmax(row))), tolerance);
+  }
+  expect_all_blocks_free(*engine);
+}
+
+TEST_F(EngineTest, EarlyStopEndsARunOfConfidentTokensWithTheEndToken) {
+  EngineConfig config = small_config();
+  config.early_stop = {.enabled = true, .window_size = 5, .threshold = 0.0};  // every token passes
+  auto engine = make_engine(config, 64);
+  GenerateRequest request = greedy("a", prompt(1, 9), 40);  // ignore_eos does not hold it back
+  const Finished finished = run(*engine, {request})["a"];
+  ASSERT_EQ(finished.tokens.size(), 5u);
+  EXPECT_EQ(finished.tokens.back(), 2) << "the end token replaces the fifth";
+  EXPECT_EQ(finished.final_output.finish_reason, FinishReason::kStop);
+  const std::vector<int32_t> unstopped = alone(request);
+  EXPECT_EQ(std::vector<int32_t>(finished.tokens.begin(), finished.tokens.end() - 1),
+            std::vector<int32_t>(unstopped.begin(), unstopped.begin() + 4));
+
+  config.early_stop.threshold = 1.0;  // no probability lies above 1
+  engine = make_engine(config, 64);
+  EXPECT_EQ(run(*engine, {request})["a"].tokens.size(), 40u);
+  EXPECT_EQ(parse_early_stop_config(false, R"({"enable_early_stop": true, "window_size": 7})").window_size, 7);
+  EXPECT_THROW(parse_early_stop_config(true, R"({"enable_early_stop": false})"), Error);
+  EXPECT_THROW(parse_early_stop_config(true, R"({"threshold": 1.5})"), Error);
+  EXPECT_THROW(parse_early_stop_config(true, R"({"strategy": "probability"})"), Error);
+  EXPECT_THROW(parse_early_stop_config(true, R"({"window": 3})"), Error);
+}
+
+TEST_F(EngineTest, ARequestNotAdmittedWithinTheMaxWaitingTimeIsRefused) {
+  EngineConfig config = small_config();
+  config.max_num_seqs = 1;
+  config.max_waiting_time = 0.05;
+  auto engine = make_engine(config, 64);
+  engine->add_request(greedy("first", prompt(1, 9), 30));
+  engine->add_request(greedy("second", prompt(2, 9), 30));
+  std::map<std::string, RequestOutput> final_outputs;
+  const auto collect = [&](std::vector<RequestOutput> outputs) {
+    for (RequestOutput& output : outputs)
+      if (output.finished()) final_outputs[output.request_id] = output;
+  };
+  collect(engine->step());  // admits "first"; "second" waits for the one seat
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  while (engine->has_work()) collect(engine->step());
+  EXPECT_EQ(final_outputs.at("first").finish_reason, FinishReason::kLength);
+  EXPECT_EQ(final_outputs.at("second").finish_reason, FinishReason::kError);
+  EXPECT_TRUE(final_outputs.at("second").waited_too_long);
+  EXPECT_THAT(final_outputs.at("second").error, HasSubstr("--max-waiting-time"));
   expect_all_blocks_free(*engine);
 }
 

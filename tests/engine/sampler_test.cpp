@@ -9,6 +9,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/sampling_params.h"
@@ -724,6 +725,88 @@ TEST(LogprobsTest, GiveTheRequestedCountAlsoWhenGreedy) {
   }
 }
 
+// FastDeploy's post-processing, written here from its description: temp_scaled_logprobs
+// is log_softmax(raw / T); top_p_normalized_logprobs keeps the most likely tokens while
+// the mass before each is at most top_p, renormalises over them, and clips the rest to
+// the lowest float.
+std::vector<double> fastdeploy_logprobs(const std::vector<float>& raw, double temperature, double top_p) {
+  std::vector<float> scaled;
+  for (float logit : raw) scaled.push_back(static_cast<float>(logit / temperature));
+  std::vector<double> logprobs = log_softmax(scaled);
+  if (top_p >= 1.0) return logprobs;
+  const std::vector<size_t> order = most_likely_first(raw);
+  double before = 0.0;
+  size_t kept = 0;
+  while (kept < order.size() && before <= top_p) before += std::exp(logprobs[order[kept++]]);
+  std::vector<double> result(raw.size(), std::numeric_limits<float>::lowest());
+  for (size_t i = 0; i < kept; ++i) result[order[i]] = logprobs[order[i]] - std::log(before);
+  return result;
+}
+
+TEST(LogprobsTest, TemperatureScaledAndTopPNormalisedAsFastDeployDefinesThem) {
+  const std::vector<float> logits = normal_logits(kErnieVocab, 4.0f, 73);  // peaked: small nuclei
+  const std::vector<size_t> order = most_likely_first(logits);
+  for (const auto& [temperature, top_p, scaled, normalised] :
+       std::vector<std::tuple<float, float, bool, bool>>{{0.5f, 1.0f, true, false},
+                                                         {0.7f, 0.6f, true, true},
+                                                         {1.0f, 0.3f, false, true},
+                                                         {0.8f, 0.9f, false, false}}) {
+    SCOPED_TRACE(::testing::Message() << "T " << temperature << " top_p " << top_p);
+    SamplingParams params;
+    params.temperature = temperature;
+    params.top_p = top_p;
+    params.logprobs = 40;  // more than the nucleus holds at top_p 0.3, so some are clipped
+    params.temp_scaled_logprobs = scaled;
+    params.top_p_normalized_logprobs = normalised;
+    const std::vector<double> expected =
+        fastdeploy_logprobs(logits, scaled ? temperature : 1.0, normalised ? top_p : 1.0);
+    for (SamplingClass sampling_class : kBothClasses) {
+      RequestSampler sampler = make_sampler(params, sampling_class, 5);
+      std::vector<float> row = logits;
+      const SampledToken sampled = sampler.sample(row);
+      EXPECT_NEAR(sampled.logprob, expected[static_cast<size_t>(sampled.token)], 1e-4);
+      ASSERT_EQ(sampled.top_logprobs.size(), 40u);
+      size_t clipped = 0;
+      for (size_t i = 0; i < 40; ++i) {
+        EXPECT_EQ(sampled.top_logprobs[i].token, static_cast<int32_t>(order[i]));
+        if (expected[order[i]] == std::numeric_limits<float>::lowest()) {
+          EXPECT_EQ(sampled.top_logprobs[i].logprob, std::numeric_limits<float>::lowest());
+          ++clipped;
+        } else {
+          EXPECT_NEAR(sampled.top_logprobs[i].logprob, expected[order[i]], 1e-4);
+        }
+      }
+      if (normalised && top_p < 0.5f) {
+        EXPECT_GT(clipped, 0u) << "the nucleus should be smaller than 40 tokens";
+      }
+    }
+  }
+}
+
+TEST(LogprobsTest, PromptTokensAreScoredWithTheirRank) {
+  const std::vector<float> logits = normal_logits(5000, 2.0f, 74);
+  const std::vector<double> expected = log_softmax(logits);
+  const std::vector<size_t> order = most_likely_first(logits);
+  for (const size_t rank : {size_t{1}, size_t{2}, size_t{17}, size_t{4999}}) {
+    const auto token = static_cast<int32_t>(order[rank - 1]);
+    const PromptTokenLogprob scored = score_prompt_token(logits, token, 3);
+    EXPECT_EQ(scored.token, token);
+    EXPECT_EQ(scored.rank, static_cast<int64_t>(rank));
+    EXPECT_NEAR(scored.logprob, expected[static_cast<size_t>(token)], 1e-4);
+    ASSERT_EQ(scored.top.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(scored.top[i].token, static_cast<int32_t>(order[i]));
+  }
+  // The whole vocabulary, ranked, when asked for it.
+  const PromptTokenLogprob all = score_prompt_token(logits, 0, logits.size());
+  ASSERT_EQ(all.top.size(), logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) ASSERT_EQ(all.top[i].token, static_cast<int32_t>(order[i]));
+  // Tied tokens share the better rank.
+  const std::vector<float> tied = {1.0f, 3.0f, 3.0f, 0.0f};
+  EXPECT_EQ(score_prompt_token(tied, 2, 0).rank, 1);
+  EXPECT_EQ(score_prompt_token(tied, 0, 0).rank, 3);
+  EXPECT_THROW(score_prompt_token(tied, 4, 0), Error);
+}
+
 TEST(LogprobsTest, OrderTiesByTokenIdAndStopAtTheVocabulary) {
   SamplingParams params;
   params.logprobs = 20;
@@ -837,8 +920,9 @@ TEST(ValidationTest, NamesTheFieldTheValueAndTheRange) {
       {"min_tokens", [](SamplingParams& p) { p.min_tokens = -1; }, "-1", ">= 0"},
       {"min_tokens", [](SamplingParams& p) { p.min_tokens = 17; }, "17", "max_tokens (16)"},
       {"seed", [](SamplingParams& p) { p.seed = kMaxSeed + 1; }, "922337203685477581", "922337203685477580"},
-      {"logprobs", [](SamplingParams& p) { p.logprobs = 21; }, "21", "[0, 20]"},
-      {"logprobs", [](SamplingParams& p) { p.logprobs = -1; }, "-1", "[0, 20]"},
+      {"logprobs", [](SamplingParams& p) { p.logprobs = 1001; }, "1001", "[0, 1000]"},
+      {"logprobs", [](SamplingParams& p) { p.logprobs = -1; }, "-1", "[0, 1000]"},
+      {"prompt_logprobs", [](SamplingParams& p) { p.prompt_logprobs = -1; }, "-1", "[0, 1000]"},
       {"stop[1]", [](SamplingParams& p) { p.stop = {"end", ""}; }, "empty", "non-empty"},
       {"stop_token_ids[1]", [](SamplingParams& p) { p.stop_token_ids = {2, 1000}; }, "1000", "[0, 1000)"},
       {"bad_words_token_ids[0]", [](SamplingParams& p) { p.bad_words_token_ids = {-4}; }, "-4", "[0, 1000)"},

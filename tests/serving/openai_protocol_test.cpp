@@ -42,7 +42,7 @@ TEST(OpenAiProtocolTest, ParsesAChatRequestWithExtras) {
   EXPECT_TRUE(request.stream);
   EXPECT_TRUE(request.include_usage);
   EXPECT_TRUE(request.logprobs);
-  EXPECT_EQ(request.params.logprobs, 3);
+  EXPECT_EQ(request.top_logprobs, 3);  // settled against --max-logprobs by the server
   EXPECT_EQ(request.chat_template_kwargs["enable_thinking"], false);
   EXPECT_TRUE(request.return_token_ids);
   EXPECT_EQ(request.max_streaming_response_tokens, 4);
@@ -84,7 +84,9 @@ TEST(OpenAiProtocolTest, ErrorsNameTheField) {
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "temperature": "hot"})").param, "temperature");
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "max_tokens": 0})").param, "max_tokens");
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "top_logprobs": 3})").param, "top_logprobs");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "top_logprobs": 30, "logprobs": true})").param, "top_logprobs");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "top_logprobs": -2, "logprobs": true})").param, "top_logprobs");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "prompt_logprobs": -3})").param, "prompt_logprobs");
+  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "temp_scaled_logprobs": 1})").param, "temp_scaled_logprobs");
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "stream_options": {"include_usage": true}})").param, "stream_options");
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "n": 0})").param, "n");
   EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "seed": -1})").param, "seed");

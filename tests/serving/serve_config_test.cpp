@@ -69,6 +69,27 @@ TEST(ServeConfigTest, BadValuesAndMisspellingsAreRefused) {
   EXPECT_THAT(error_of({"--model", model, "--splitwise-role", "both"}), HasSubstr("splitwise-role"));
   EXPECT_THAT(error_of({"--model", model, "--port", "70000"}), HasSubstr("--port must lie in 0..65535"));
   EXPECT_THAT(error_of({"--model", "baidu/ERNIE-4.5-0.3B-PT"}), HasSubstr("local Hugging Face cache"));
+  EXPECT_THAT(error_of({"--model", model, "--max-waiting-time", "0"}), HasSubstr("or -1 for no limit"));
+  EXPECT_THAT(error_of({"--model", model, "--max-logprobs", "-2"}), HasSubstr("--max-logprobs must be -1"));
+  EXPECT_THAT(error_of({"--model", model, "--enable-early-stop", "--early-stop-config", R"({"enable_early_stop": false})"}),
+              HasSubstr("contradicts"));
+}
+
+TEST(ServeConfigTest, FastDeployLoadControlsReachTheEngine) {
+  const std::string model = testing::golden_model_dir("tiny-dense");
+  EXPECT_FALSE(parse({"--model", model}).engine.max_waiting_time.has_value());
+  EXPECT_FALSE(parse({"--model", model, "--max-waiting-time", "-1"}).engine.max_waiting_time.has_value());
+  EXPECT_EQ(parse({"--model", model, "--max-waiting-time", "2.5"}).engine.max_waiting_time, 2.5);
+  EXPECT_EQ(parse({"--model", model, "--max-logprobs", "-1"}).max_logprobs, -1);
+  const EarlyStopConfig defaults = parse({"--model", model, "--enable-early-stop"}).engine.early_stop;
+  EXPECT_TRUE(defaults.enabled);
+  EXPECT_EQ(defaults.window_size, 3000);  // FastDeploy's defaults
+  EXPECT_DOUBLE_EQ(defaults.threshold, 0.99);
+  const EarlyStopConfig custom =
+      parse({"--model", model, "--early-stop-config", R"({"enable_early_stop": true, "threshold": 0.9})"}).engine.early_stop;
+  EXPECT_TRUE(custom.enabled);
+  EXPECT_DOUBLE_EQ(custom.threshold, 0.9);
+  EXPECT_FALSE(parse({"--model", model}).engine.early_stop.enabled);
 }
 
 TEST(ServeConfigTest, HubNamesResolveInTheLocalCache) {

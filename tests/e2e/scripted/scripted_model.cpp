@@ -2,16 +2,18 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 namespace ernie::testing {
 
 ScriptedModel::ScriptedModel(ModelConfig config, const Tokenizer& tokenizer, std::vector<int32_t> answer_start,
-                             std::vector<Script> scripts, int32_t end_token)
+                             std::vector<Script> scripts, int32_t end_token, std::chrono::milliseconds step_delay)
     : config_(std::move(config)),
       tokenizer_(tokenizer),
       answer_start_(std::move(answer_start)),
       scripts_(std::move(scripts)),
-      end_token_(end_token) {}
+      end_token_(end_token),
+      step_delay_(step_delay) {}
 
 int32_t ScriptedModel::next_token(const std::vector<int32_t>& context) const {
   const auto start = std::find_end(context.begin(), context.end(), answer_start_.begin(), answer_start_.end());
@@ -39,6 +41,7 @@ int32_t ScriptedModel::next_token(const std::vector<int32_t>& context) const {
 }
 
 std::vector<float>& ScriptedModel::forward(const ForwardBatch& batch) {
+  if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
   const size_t vocab = static_cast<size_t>(config_.vocab_size);
   logits_.assign(batch.logit_rows.size() * vocab, 0.0f);
   std::vector<int32_t> context;

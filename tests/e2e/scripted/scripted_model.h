@@ -11,6 +11,7 @@
 // budget forcing </think>), the reply resumes after that token's place in the script.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,10 @@ struct Script {
 
 class ScriptedModel final : public LanguageModel {
  public:
+  // step_delay: how long each forward pass takes, so tests can act while requests run.
   ScriptedModel(ModelConfig config, const Tokenizer& tokenizer, std::vector<int32_t> answer_start,
-                std::vector<Script> scripts, int32_t end_token);
+                std::vector<Script> scripts, int32_t end_token,
+                std::chrono::milliseconds step_delay = std::chrono::milliseconds(0));
 
   const ModelConfig& config() const override { return config_; }
   size_t kv_row_bytes() const override { return sizeof(int32_t); }
@@ -41,6 +44,7 @@ class ScriptedModel final : public LanguageModel {
   std::vector<int32_t> answer_start_;
   std::vector<Script> scripts_;
   int32_t end_token_;
+  std::chrono::milliseconds step_delay_;
   std::vector<float> logits_;
 };
 

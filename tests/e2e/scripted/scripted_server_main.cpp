@@ -4,7 +4,8 @@
 //
 // SCRIPT.json: {"answer_start": "<|im_start|>assistant\n<think>\n",
 //               "end": "<|im_end|>",
-//               "scripts": [{"when": ["weather"], "reply": "…</think>…"}, …]}
+//               "scripts": [{"when": ["weather"], "reply": "…</think>…"}, …],
+//               "step_delay_ms": 0}   (optional: each forward pass takes this long)
 // Replies are tokenized with special tokens parsed, so markers become their single ids.
 #include <cstdio>
 #include <fstream>
@@ -44,7 +45,7 @@ int run(int argc, char** argv) {
   const std::vector<int32_t> end = tokenizer.encode(script.value("end", tokenizer.token_bytes(eos.at(0), false)));
   if (end.size() != 1) fail("the script's \"end\" must be one token");
   testing::ScriptedModel model(model_config, tokenizer, tokenizer.encode(script.at("answer_start").get<std::string>()),
-                               std::move(scripts), end[0]);
+                               std::move(scripts), end[0], std::chrono::milliseconds(script.value("step_delay_ms", 0)));
   auto engine = std::make_unique<Engine>(model, tokenizer, config.engine, /*num_blocks=*/4096, eos);
   EngineClient client(std::move(engine));
   return serve_until_signalled(config, shutdown_signals, client, tokenizer, model.config(), generation);

@@ -1,4 +1,4 @@
-// tools/benchmark_serving.py, the serving benchmark in the manner of FastDeploy's
+// bench/benchmark_serving.py, the serving benchmark in the manner of FastDeploy's
 // benchmark_serving.py (issue 13, item 9), run against a real server: FastDeploy's EBChat
 // and EB datasets, streamed and not, random prompts at a Poisson-like rate, the saved
 // JSON's numbers, and the failures it must report (a bad dataset line, a refused key).
@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { startServer } from './server.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const tool = path.join(root, 'tools', 'benchmark_serving.py');
+const tool = path.join(root, 'bench', 'benchmark_serving.py');
 const ebchat = path.join(root, 'tests', 'data', 'bench', 'ebchat_sample.jsonl');
 const eb = path.join(root, 'tests', 'data', 'bench', 'eb_sample.jsonl');
 const python = process.env.ERNIE_PYTHON3 ?? 'python3';

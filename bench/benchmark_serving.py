@@ -11,14 +11,14 @@ is used for --hyperparameter-path when it is installed).
 
 Usage (from the repository root; the server is already running):
 
-  python3 tools/benchmark_serving.py --backend openai-chat --port 8000 \\
+  python3 bench/benchmark_serving.py --backend openai-chat --port 8000 \\
       --dataset-name EBChat --dataset-path tests/data/bench/ebchat_sample.jsonl \\
       --num-prompts 100 --max-concurrency 8 --metric-percentiles 50,90,99
 
-  python3 tools/benchmark_serving.py --backend openai --dataset-name EB \\
+  python3 bench/benchmark_serving.py --backend openai --dataset-name EB \\
       --dataset-path tests/data/bench/eb_sample.jsonl --request-rate 4 --save-result
 
-  python3 tools/benchmark_serving.py --dataset-name random --random-input-len 50 \\
+  python3 bench/benchmark_serving.py --dataset-name random --random-input-len 50 \\
       --random-output-len 64 --num-prompts 50 --ignore-eos
 
 docs/benchmark_serving.md has the flags, the metrics and the saved JSON in full.

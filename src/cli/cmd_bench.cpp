@@ -77,6 +77,23 @@ double mean(const std::vector<double>& values) {
   return values.empty() ? 0 : total / static_cast<double>(values.size());
 }
 
+// Speculative decoding's figures (warm-up included): the share of drafts accepted and
+// the tokens each verifying step emitted (1 without speculation).
+void report_speculation(const EngineStats& stats, nlohmann::ordered_json& result) {
+  const int64_t verifying_steps = stats.spec_capacity_tokens - stats.spec_draft_tokens;
+  const double acceptance = stats.spec_draft_tokens > 0
+                                ? static_cast<double>(stats.spec_accepted_tokens) / static_cast<double>(stats.spec_draft_tokens)
+                                : 0.0;
+  const double per_step = verifying_steps > 0
+                              ? static_cast<double>(stats.spec_emitted_tokens) / static_cast<double>(verifying_steps)
+                              : 0.0;
+  result["draft_tokens"] = stats.spec_draft_tokens;
+  result["draft_acceptance"] = acceptance;
+  result["tokens_per_verifying_step"] = per_step;
+  std::printf("  speculation: %lld drafts, %.1f%% accepted, %.2f tokens per verifying step\n",
+              static_cast<long long>(stats.spec_draft_tokens), acceptance * 100.0, per_step);
+}
+
 }  // namespace
 
 int bench_command(int argc, char** argv) {
@@ -111,6 +128,7 @@ int bench_command(int argc, char** argv) {
   result["model"] = args.get("model");
   result["quantization"] = config.quantization.empty() ? "none" : config.quantization;
   Random random(12345);
+  EngineStats engine_stats;
   if (!llama_form) {
     const int64_t concurrency = args.get_int("concurrency");
     const int64_t num_prompts = args.has("num-prompts") ? args.get_int("num-prompts") : concurrency;
@@ -152,8 +170,8 @@ int bench_command(int argc, char** argv) {
     result["output_tokens_per_s"] = static_cast<double>(outputs) / wall;
     result["mean_ttft_ms"] = mean(ttft) * 1e3;
     result["mean_tpot_ms"] = mean(tpot) * 1e3;
-    const EngineStats stats = engine.client->stats();
-    result["preemptions"] = stats.preemptions;
+    engine_stats = engine.client->stats();
+    result["preemptions"] = engine_stats.preemptions;
     std::printf("concurrency %lld, %lld prompts of %lld tokens, %lld output tokens each: %.2f s\n",
                 static_cast<long long>(concurrency), static_cast<long long>(num_prompts),
                 static_cast<long long>(input_len), static_cast<long long>(output_len), wall);
@@ -189,6 +207,7 @@ int bench_command(int argc, char** argv) {
         tg_rates.push_back(static_cast<double>(tg) / (timing[0].finished - timing[0].first_token));
       }
     }
+    engine_stats = engine.client->stats();
     if (pp > 0) {
       result["pp"] = pp;
       result["pp_tokens_per_s"] = mean(pp_rates);
@@ -200,6 +219,7 @@ int bench_command(int argc, char** argv) {
       std::printf("tg%lld  %8.1f tokens/s\n", static_cast<long long>(tg), mean(tg_rates));
     }
   }
+  if (config.speculative.enabled()) report_speculation(engine_stats, result);
   if (args.flag("json")) std::printf("%s\n", result.dump().c_str());
   return 0;
 }

@@ -59,7 +59,7 @@ int run_command(int argc, char** argv) {
   const auto stream = engine.client->submit(std::move(request));
   RequestOutput last;
   while (std::optional<RequestOutput> output = stream->next()) {
-    if (output->completion_tokens == 1) first_token_seconds = clock.seconds();
+    if (first_token_seconds == 0.0) first_token_seconds = clock.seconds();
     std::fputs(output->text.c_str(), stdout);
     std::fflush(stdout);
     last = std::move(*output);
@@ -72,7 +72,9 @@ int run_command(int argc, char** argv) {
            last.completion_tokens, " tokens in ", total_seconds, " s (",
            last.completion_tokens > 1 ? static_cast<double>(last.completion_tokens - 1) / decode_seconds : 0.0,
            " tokens/s after the first); finish reason ", finish_reason_name(*last.finish_reason), "; peak RSS ",
-           peak_rss_bytes() / 1e6, " MB");
+           peak_rss_bytes() / 1e6, " MB",
+           last.draft_tokens > 0 ? str_cat("; drafts accepted ", last.accepted_draft_tokens, "/", last.draft_tokens)
+                                 : std::string());
   return 0;
 }
 

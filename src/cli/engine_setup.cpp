@@ -34,6 +34,9 @@ std::vector<OptionSpec> engine_option_specs() {
       {"quantization", "NAME|JSON",
        "quantize the weights at load: wint8, wint4, block_wise_fp8, or mix_quant JSON (docs/quantization.md)", ""},
       {"enable-early-stop", "", "end a request once window_size tokens in a row each had probability above threshold", ""},
+      {"speculative-config", "JSON",
+       "speculative decoding: {\"method\": \"mtp\" | \"ngram\", \"num_speculative_tokens\": 1..5, ...} "
+       "(docs/speculative-decoding.md)", ""},
       {"early-stop-config", "JSON",
        "{\"enable_early_stop\": true, \"strategy\": \"repetition\", \"window_size\": 3000, \"threshold\": 0.99}", ""},
   };
@@ -71,6 +74,11 @@ EngineConfig engine_config_from_args(const ParsedArgs& args) {
   if (!config.chunked_prefill && args.flag("enable-chunked-prefill"))
     log_info("FD_DISABLE_CHUNKED_PREFILL=1 overrides --enable-chunked-prefill: prompts are prefilled whole");
   config.sampling_class = sampling_class_from_env();
+  if (args.has("speculative-config")) config.speculative = parse_speculative_config(args.get("speculative-config"));
+  const std::string mtp_hidden = env_or("ERNIE_MTP_HIDDEN", "prenorm");
+  if (mtp_hidden != "prenorm" && mtp_hidden != "normed")
+    fail("ERNIE_MTP_HIDDEN must be prenorm or normed, got \"", mtp_hidden, "\"");
+  config.mtp_normed_hidden = mtp_hidden == "normed";
   config.early_stop = parse_early_stop_config(
       args.flag("enable-early-stop"),
       args.has("early-stop-config") ? std::optional<std::string>(args.get("early-stop-config")) : std::nullopt);

@@ -25,13 +25,16 @@ Engine::Engine(LanguageModel& model, const Tokenizer& tokenizer, const EngineCon
       eos_token_ids_(std::move(eos_token_ids)),
       think_start_id_(tokenizer.token_id("<think>")),
       think_end_id_(tokenizer.token_id("</think>")),
-      pool_(model.config().num_hidden_layers, model.kv_row_bytes(), config.block_size, num_blocks),
+      pool_(config.kv_layers(model.config()), model.kv_row_bytes(), config.block_size, num_blocks),
       cache_manager_(pool_, config.prefix_caching),
       scheduler_({config.max_num_seqs, config.effective_max_num_batched_tokens(), config.chunked_prefill,
                   !config.v1_scheduler, config.kv_cache_ratio},
                  cache_manager_),
       seeds_(config.seed) {
   validate_engine_config(config_, model_.config());
+  if (config_.speculative.mtp_drafts() > 0 && !model_.has_mtp())
+    fail("--speculative-config method \"mtp\" needs a checkpoint with an MTP head (config.json ",
+         "num_nextn_predict_layers >= 1 and mtp_* tensors); this one has none: use method \"ngram\"");
 }
 
 Engine::~Engine() = default;
@@ -187,46 +190,79 @@ std::vector<RequestOutput> Engine::step() {
   caches.clear();
   // batch.sequences points into `caches`, so it must not reallocate while filled.
   caches.reserve(plan.chunks.size());
-  std::vector<const ScheduledChunk*>& sampling = step_sampling_;
-  sampling.clear();
+  std::vector<StepChunk>& chunks = step_chunks_;
+  chunks.clear();
   std::vector<PromptLogprobRow>& prompt_rows = step_prompt_rows_;
   prompt_rows.clear();
   for (const ScheduledChunk& chunk : plan.chunks) {
     EngineRequest& request = *chunk.request;
     caches.emplace_back(pool_, request.block_table);
     const int32_t first = static_cast<int32_t>(batch.tokens.size());
+    // The request's own tokens, then (a decode) the drafts the scheduler made room for.
+    const int64_t own = std::min(chunk.num_tokens, request.num_tokens() - chunk.start);
+    const int64_t drafts = chunk.num_tokens - own;
     batch.tokens.insert(batch.tokens.end(), request.tokens.begin() + chunk.start,
-                        request.tokens.begin() + chunk.start + chunk.num_tokens);
+                        request.tokens.begin() + chunk.start + own);
+    batch.tokens.insert(batch.tokens.end(), request.drafts.begin(), request.drafts.begin() + drafts);
     batch.sequences.push_back({&caches.back(), chunk.start, first, static_cast<int32_t>(chunk.num_tokens)});
-    // A request samples when this chunk reaches its last token.
-    if (chunk.start + chunk.num_tokens == request.num_tokens()) {
-      batch.logit_rows.push_back(first + static_cast<int32_t>(chunk.num_tokens) - 1);
-      sampling.push_back(&chunk);
+    StepChunk step_chunk;
+    step_chunk.request = &request;
+    step_chunk.first_row = first;
+    step_chunk.start = chunk.start;
+    step_chunk.own = own;
+    step_chunk.drafts = static_cast<int>(drafts);
+    step_chunk.valid_rows = own;
+    // A request samples when this chunk reaches its last token: that row and every
+    // draft's row.
+    if (chunk.start + own == request.num_tokens()) {
+      step_chunk.first_logit = static_cast<int32_t>(batch.logit_rows.size());
+      for (int64_t row = own - 1; row < chunk.num_tokens; ++row) batch.logit_rows.push_back(first + static_cast<int32_t>(row));
     }
+    chunks.push_back(step_chunk);
     // Prompt logprobs: the rows of prompt positions whose next prompt token is not scored
     // yet (a recomputation after preemption scores nothing twice).
     if (request.params.prompt_logprobs) {
-      const int64_t end = std::min(chunk.start + chunk.num_tokens, request.prompt_length - 1);
+      const int64_t end = std::min(chunk.start + own, request.prompt_length - 1);
       for (int64_t position = std::max(chunk.start, request.next_prompt_logprob - 1); position < end; ++position)
         prompt_rows.push_back({&request, position, first + static_cast<int32_t>(position - chunk.start)});
     }
-    if (chunk.start < request.prompt_length) counters_.prompt_tokens_computed += chunk.num_tokens;
+    if (chunk.start < request.prompt_length) counters_.prompt_tokens_computed += own;
   }
   // Sampling rows first, then the prompt rows.
+  const size_t sampling_rows = batch.logit_rows.size();
   for (const PromptLogprobRow& row : prompt_rows) batch.logit_rows.push_back(row.batch_row);
   std::vector<float>& logits = model_.forward(batch);
 
-  for (const ScheduledChunk& chunk : plan.chunks) {
-    chunk.request->num_computed_tokens += chunk.num_tokens;
-    cache_manager_.register_computed_blocks(*chunk.request);
-  }
-
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
-  score_prompt_rows(prompt_rows, std::span<const float>(logits).subspan(sampling.size() * vocab));
-  for (size_t row = 0; row < sampling.size(); ++row) {
-    EngineRequest& request = *sampling[row]->request;
-    Live& live = *live_.at(request.id);
-    SampledToken sampled = request.sampler->sample(std::span<float>(logits.data() + row * vocab, vocab));
+  score_prompt_rows(prompt_rows, std::span<const float>(logits).subspan(sampling_rows * vocab));
+  for (StepChunk& chunk : chunks) {
+    EngineRequest& request = *chunk.request;
+    if (chunk.first_logit < 0) {
+      request.num_computed_tokens += chunk.own;  // a prompt chunk that does not sample
+      cache_manager_.register_computed_blocks(request);
+      continue;
+    }
+    outputs.push_back(emit_tokens(chunk, logits.data() + static_cast<size_t>(chunk.first_logit) * vocab));
+  }
+  if (config_.speculative.enabled()) propose_drafts(chunks);
+  return outputs;
+}
+
+RequestOutput Engine::emit_tokens(StepChunk& chunk, float* logits) {
+  EngineRequest& request = *chunk.request;
+  Live& live = *live_.at(request.id);
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  RequestOutput output = base_output(request);
+  const bool first_tokens = request.num_output_tokens() == 0;
+  // Row r holds the target's logits after the request's last token and the first r
+  // drafts. Each row's token is drawn exactly as without speculation; the next row
+  // counts only while the drawn token equals the draft that row was computed with, so
+  // the request emits the very tokens (and, seeded, the very draws) it would emit alone.
+  int accepted = 0;
+  std::optional<FinishReason> reason;
+  for (int row = 0; row <= chunk.drafts && !reason; ++row) {
+    std::span<float> row_logits(logits + static_cast<size_t>(row) * vocab, vocab);
+    SampledToken sampled = request.sampler->sample(row_logits);
     // Early stop ends the request with the first end token in place of the drawn one, as
     // FastDeploy's stopper does.
     const bool early_stop = stops_early(request, sampled);
@@ -240,32 +276,168 @@ std::vector<RequestOutput> Engine::step() {
     request.tokens.push_back(token);
     request.sampler->accept(token);
     ++counters_.generated_tokens;
-
-    RequestOutput output = base_output(request);
-    output.token_ids = {token};
-    if (request.params.logprobs) output.logprobs = {sampled};
-    if (request.num_output_tokens() == 1) output.prompt_logprobs = std::move(request.prompt_logprobs);
+    output.token_ids.push_back(token);
+    if (request.params.logprobs) output.logprobs.push_back(std::move(sampled));
     const bool stop_token = std::find(request.params.stop_token_ids.begin(), request.params.stop_token_ids.end(),
                                       token) != request.params.stop_token_ids.end();
-    std::optional<FinishReason> reason;
     if (early_stop || (is_eos(token) && !request.params.ignore_eos) || stop_token) {
       reason = FinishReason::kStop;  // the end token itself has no text
     } else {
       const TextStream::Update update = live.text->push(token);
-      output.text = update.text;
+      output.text += update.text;
       if (update.stopped) reason = FinishReason::kStop;
     }
     if (!reason && request.num_tokens() >= request.max_total_tokens) reason = FinishReason::kLength;
-    if (reason) {
-      const std::string id = request.id;  // `request` lives inside the entry erased below
-      finish(live, *reason, output);
-      outputs.push_back(std::move(output));
-      live_.erase(id);
-    } else {
-      outputs.push_back(std::move(output));
+    if (row == chunk.drafts || token != request.drafts[static_cast<size_t>(row)]) break;
+    ++accepted;
+  }
+  if (chunk.drafts > 0) {
+    // A request whose drafts keep failing stops drafting for a while: each rejected
+    // verification cost a row of compute for nothing.
+    request.draft_misses = accepted == 0 ? request.draft_misses + 1 : 0;
+    if (request.draft_misses >= kDraftMissesBeforePause) {
+      request.draft_misses = 0;
+      request.draft_pause = kDraftPauseSteps;
+    }
+    request.draft_tokens += chunk.drafts;
+    request.accepted_draft_tokens += accepted;
+    counters_.spec_draft_tokens += chunk.drafts;
+    counters_.spec_accepted_tokens += accepted;
+    counters_.spec_emitted_tokens += static_cast<int64_t>(output.token_ids.size());
+    counters_.spec_capacity_tokens += 1 + chunk.drafts;
+    for (int i = 0; i < chunk.drafts; ++i) {
+      ++counters_.spec_drafted_at[static_cast<size_t>(i)];
+      if (i < accepted) ++counters_.spec_accepted_at[static_cast<size_t>(i)];
     }
   }
-  return outputs;
+  // The keys and values of the request's tokens and of its accepted drafts stand; those
+  // of rejected drafts are overwritten by later steps, and blocks only they filled go back.
+  chunk.valid_rows = chunk.own + accepted;
+  request.num_computed_tokens = chunk.start + chunk.valid_rows;
+  request.drafts.clear();
+  cache_manager_.register_computed_blocks(request);
+  if (chunk.drafts > accepted) cache_manager_.release_slots_beyond(request, request.num_tokens());
+  if (first_tokens) output.prompt_logprobs = std::move(request.prompt_logprobs);
+  output.completion_tokens = request.num_output_tokens();
+  output.draft_tokens = request.draft_tokens;
+  output.accepted_draft_tokens = request.accepted_draft_tokens;
+  if (reason) {
+    const std::string id = request.id;  // `request` lives inside the entry erased below
+    finish(live, *reason, output);
+    live_.erase(id);
+    chunk.request = nullptr;
+  }
+  return output;
+}
+
+int Engine::draft_budget(EngineRequest& request) const {
+  if (request.draft_pause > 0) {
+    --request.draft_pause;
+    return 0;
+  }
+  // Never past the request's output limit.
+  const int64_t room = request.max_total_tokens - request.num_tokens();
+  return static_cast<int>(std::clamp<int64_t>(room, 0, config_.speculative.num_speculative_tokens));
+}
+
+void Engine::propose_drafts(std::vector<StepChunk>& chunks) {
+  const SpeculativeConfig& spec = config_.speculative;
+  // No drafts at all while the batch is large enough that verifying them would cost more
+  // than it saves: a CPU step over many decodes is bound by compute, not by reading the
+  // weights once.
+  int decoding = 0;
+  for (StepChunk& chunk : chunks) {
+    chunk.draft_budget = 0;
+    if (chunk.request && chunk.first_logit >= 0) ++decoding;
+  }
+  if (decoding == 0 || decoding > spec.max_batch) return;
+  for (StepChunk& chunk : chunks)
+    if (chunk.request && chunk.first_logit >= 0) chunk.draft_budget = draft_budget(*chunk.request);
+  if (spec.mtp_drafts() > 0) draft_with_mtp(chunks);
+  if (spec.method == SpeculativeMethod::kMtp && !spec.mtp_with_ngram) return;
+  for (const StepChunk& chunk : chunks) {
+    if (chunk.draft_budget == 0) continue;
+    EngineRequest& request = *chunk.request;
+    const auto wanted = static_cast<size_t>(chunk.draft_budget);
+    if (request.drafts.size() >= wanted) continue;
+    // n-gram drafts: the whole proposal, or (mtp_strategy with_ngram) the rest after the
+    // MTP's, matched on the context extended by them.
+    std::vector<int32_t> context = request.tokens;
+    context.insert(context.end(), request.drafts.begin(), request.drafts.end());
+    const std::vector<int32_t> more = propose_ngram_drafts(context, static_cast<int>(wanted - request.drafts.size()),
+                                                           spec.min_ngram_size, spec.max_ngram_size);
+    request.drafts.insert(request.drafts.end(), more.begin(), more.end());
+  }
+}
+
+void Engine::draft_with_mtp(const std::vector<StepChunk>& chunks) {
+  // Every row of this step whose next token is known runs through the MTP head, so its
+  // own KV cache keeps up with the target's: row t holds the token at t + 1 and the
+  // target's hidden state at t. Drafting requests read the logits of their last row.
+  const int64_t h = model_.config().hidden_size;
+  const std::span<const float> hidden = model_.last_hidden_states();
+  ForwardBatch& batch = mtp_batch_;
+  batch.tokens.clear();
+  batch.sequences.clear();
+  batch.logit_rows.clear();
+  mtp_hidden_.clear();
+  std::vector<PagedKvCache>& caches = step_caches_;
+  caches.clear();
+  caches.reserve(chunks.size());
+  std::vector<MtpDraft>& drafting = mtp_drafting_;
+  drafting.clear();
+  for (const StepChunk& chunk : chunks) {
+    if (!chunk.request) continue;
+    EngineRequest& request = *chunk.request;
+    const int64_t rows = chunk.valid_rows;
+    const int32_t first = static_cast<int32_t>(batch.tokens.size());
+    caches.emplace_back(pool_, request.block_table);
+    batch.tokens.insert(batch.tokens.end(), request.tokens.begin() + chunk.start + 1,
+                        request.tokens.begin() + chunk.start + 1 + rows);
+    batch.sequences.push_back({&caches.back(), chunk.start, first, static_cast<int32_t>(rows)});
+    mtp_hidden_.insert(mtp_hidden_.end(), hidden.begin() + chunk.first_row * h, hidden.begin() + (chunk.first_row + rows) * h);
+    if (chunk.draft_budget > 0) {
+      batch.logit_rows.push_back(first + static_cast<int32_t>(rows) - 1);
+      drafting.push_back({&request, std::min(chunk.draft_budget, config_.speculative.mtp_drafts())});
+    }
+  }
+  if (batch.tokens.empty()) return;
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  const std::vector<float>* logits = &model_.forward_mtp(batch, mtp_hidden_, config_.mtp_normed_hidden);
+  // Each further pass drafts one more token: the previous draft at the next position,
+  // with the head's own output state in place of the target's (model spec §4.1).
+  for (;;) {
+    std::vector<MtpDraft> again;
+    std::vector<float> next_hidden;
+    const std::span<const float> states = model_.last_hidden_states();
+    for (size_t i = 0; i < drafting.size(); ++i) {
+      EngineRequest& request = *drafting[i].request;
+      request.drafts.push_back(argmax(std::span<const float>(logits->data() + i * vocab, vocab)));
+      if (static_cast<int>(request.drafts.size()) >= drafting[i].passes) continue;
+      // The next pass sits at the draft's position: after the request's last token.
+      const int64_t position = request.num_tokens() - 2 + static_cast<int64_t>(request.drafts.size());
+      if (!cache_manager_.allocate_slots(request, position + 1)) continue;  // no room: fewer drafts
+      const int32_t row = batch.logit_rows[i];
+      next_hidden.insert(next_hidden.end(), states.begin() + row * h, states.begin() + (row + 1) * h);
+      again.push_back(drafting[i]);
+    }
+    if (again.empty()) return;
+    drafting.swap(again);
+    batch.tokens.clear();
+    batch.sequences.clear();
+    batch.logit_rows.clear();
+    caches.clear();
+    for (const MtpDraft& draft : drafting) {
+      EngineRequest& request = *draft.request;
+      const int32_t row = static_cast<int32_t>(batch.tokens.size());
+      caches.emplace_back(pool_, request.block_table);
+      batch.sequences.push_back({&caches.back(), request.num_tokens() - 2 + static_cast<int64_t>(request.drafts.size()), row, 1});
+      batch.logit_rows.push_back(row);
+      batch.tokens.push_back(request.drafts.back());
+    }
+    mtp_hidden_.swap(next_hidden);
+    logits = &model_.forward_mtp(batch, mtp_hidden_, config_.mtp_normed_hidden);
+  }
 }
 
 EngineStats Engine::stats() const {

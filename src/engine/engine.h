@@ -3,6 +3,7 @@
 // the forward pass.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -47,6 +48,15 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   int64_t finished_requests = 0;
+  // Speculative decoding: drafts verified, accepted, tokens emitted by steps that
+  // verified drafts, and those steps' most possible tokens (1 + drafts each); per draft
+  // position, drafts verified and accepted.
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+  int64_t spec_emitted_tokens = 0;
+  int64_t spec_capacity_tokens = 0;
+  std::array<int64_t, kMaxSpeculativeTokens> spec_drafted_at{};
+  std::array<int64_t, kMaxSpeculativeTokens> spec_accepted_at{};
 };
 
 class Engine {
@@ -95,6 +105,29 @@ class Engine {
   void score_prompt_rows(const std::vector<PromptLogprobRow>& rows, std::span<const float> logits);
   // Counts `sampled` toward the request's early stop; true when the stop fires.
   bool stops_early(EngineRequest& request, const SampledToken& sampled) const;
+  // One scheduled chunk as this step sees it.
+  struct StepChunk {
+    EngineRequest* request = nullptr;  // null once the request finished this step
+    int32_t first_row = 0;             // its first batch row
+    int64_t start = 0;                 // position of that row
+    int64_t own = 0;                   // rows of the request's own tokens; drafts follow them
+    int drafts = 0;
+    int32_t first_logit = -1;          // its first logit row when it samples, else -1
+    int64_t valid_rows = 0;            // rows whose keys and values stand after verification
+    int draft_budget = 0;              // drafts to propose for its next step
+  };
+  struct MtpDraft {
+    EngineRequest* request;
+    int passes;  // MTP passes it drafts with, one draft each
+  };
+  // Samples a chunk's rows (its last token's, then one per draft) while the drafts hold,
+  // emits the tokens and stops; `logits` holds the chunk's rows.
+  RequestOutput emit_tokens(StepChunk& chunk, float* logits);
+  // Speculative drafts for the requests that decode next step.
+  void propose_drafts(std::vector<StepChunk>& chunks);
+  // Drafts a request may get next step: 0 while it pauses after repeated misses.
+  int draft_budget(EngineRequest& request) const;
+  void draft_with_mtp(const std::vector<StepChunk>& chunks);
 
   LanguageModel& model_;
   const Tokenizer& tokenizer_;
@@ -111,8 +144,11 @@ class Engine {
   // step()'s working vectors, kept so their capacity is reused.
   ForwardBatch step_batch_;
   std::vector<PagedKvCache> step_caches_;
-  std::vector<const ScheduledChunk*> step_sampling_;
+  std::vector<StepChunk> step_chunks_;
   std::vector<PromptLogprobRow> step_prompt_rows_;
+  ForwardBatch mtp_batch_;
+  std::vector<float> mtp_hidden_;
+  std::vector<MtpDraft> mtp_drafting_;
 };
 
 }  // namespace ernie

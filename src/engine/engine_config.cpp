@@ -81,7 +81,7 @@ void validate_engine_config(const EngineConfig& config, const ModelConfig& model
 
 int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_t weight_bytes, size_t kv_row_bytes,
                    uint64_t machine_bytes) {
-  const uint64_t block_bytes = KvBlockPool::bytes_per_block(model.num_hidden_layers, kv_row_bytes, config.block_size);
+  const uint64_t block_bytes = KvBlockPool::bytes_per_block(config.kv_layers(model), kv_row_bytes, config.block_size);
   const int64_t needed_blocks = (config.max_model_len + config.block_size - 1) / config.block_size;
   int blocks;
   if (config.num_gpu_blocks_override) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/sampling_params.h"
+#include "engine/speculative.h"
 #include "model/config.h"
 
 namespace ernie {
@@ -41,6 +42,13 @@ struct EngineConfig {
   uint64_t seed = 0;                            // seeds requests that bring no seed
   std::string quantization;  // --quantization as given; model/quantization.h parses it against the model
   EarlyStopConfig early_stop;
+  SpeculativeConfig speculative;  // --speculative-config
+  // ERNIE_MTP_HIDDEN: which main-model hidden state the MTP head sees (model spec §4.2):
+  // false: before the final norm, as ERNIE's training code; true: after it, as FastDeploy.
+  bool mtp_normed_hidden = false;
+
+  // KV cache layers per position: the model's, plus the MTP head's when it drafts.
+  int kv_layers(const ModelConfig& model) const { return model.num_hidden_layers + (speculative.mtp_drafts() > 0 ? 1 : 0); }
   // --max-waiting-time: seconds a request may wait for its first admission before it is
   // refused (RequestOutput::waited_too_long); unset: no limit (FastDeploy's -1).
   std::optional<double> max_waiting_time;

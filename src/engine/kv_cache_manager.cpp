@@ -1,5 +1,6 @@
 #include "engine/kv_cache_manager.h"
 
+#include <algorithm>
 #include <span>
 
 #include "util/error.h"
@@ -37,6 +38,14 @@ bool KvCacheManager::allocate_slots(EngineRequest& request, int64_t num_tokens) 
   if (needed > pool_.num_free_blocks()) return false;
   for (int i = 0; i < needed; ++i) request.block_table.push_back(*pool_.allocate());
   return true;
+}
+
+void KvCacheManager::release_slots_beyond(EngineRequest& request, int64_t num_tokens) {
+  const auto keep = static_cast<size_t>(std::max(blocks_needed(num_tokens), static_cast<int>(request.num_registered_blocks)));
+  while (request.block_table.size() > keep) {
+    pool_.release(request.block_table.back());
+    request.block_table.pop_back();
+  }
 }
 
 void KvCacheManager::register_computed_blocks(EngineRequest& request) {

@@ -29,6 +29,9 @@ class KvCacheManager {
   // Ensures blocks for positions [0, num_tokens). False, with nothing changed, when the
   // pool cannot provide them.
   bool allocate_slots(EngineRequest& request, int64_t num_tokens);
+  // Gives back the blocks past those `num_tokens` positions need (speculative drafts that
+  // were rejected), never a block already offered to the prefix cache.
+  void release_slots_beyond(EngineRequest& request, int64_t num_tokens);
   // Registers the request's newly completed full blocks with the prefix cache.
   void register_computed_blocks(EngineRequest& request);
   // Returns all of the request's blocks to the pool, last block first so that the

@@ -45,6 +45,13 @@ struct EngineRequest {
   std::vector<PromptTokenLogprob> prompt_logprobs;
   // Early stop: sampled tokens in a row whose probability passed the threshold.
   int confident_run = 0;
+  // Speculative decoding: tokens proposed to follow the last one, verified next step
+  // (the scheduler budgets them), and this request's draft and accepted-draft counts.
+  std::vector<int32_t> drafts;
+  int64_t draft_tokens = 0;
+  int64_t accepted_draft_tokens = 0;
+  int draft_misses = 0;  // verifications in a row that accepted nothing
+  int draft_pause = 0;   // steps left without drafts
 
   std::unique_ptr<RequestSampler> sampler;
   std::chrono::steady_clock::time_point arrival;

@@ -29,6 +29,8 @@ struct RequestOutput {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;             // prompt tokens served by the prefix cache
   int64_t completion_tokens = 0;         // generated so far
+  int64_t draft_tokens = 0;              // speculative drafts verified so far, and those accepted
+  int64_t accepted_draft_tokens = 0;
 
   bool finished() const { return finish_reason.has_value(); }
 };

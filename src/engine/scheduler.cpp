@@ -24,6 +24,7 @@ void Scheduler::remove(EngineRequest* request) {
 
 void Scheduler::preempt(EngineRequest* request) {
   cache_.free(*request);
+  request->drafts.clear();  // proposed for the step that will not happen
   request->num_computed_tokens = 0;
   request->status = RequestStatus::kWaiting;
   ++request->num_preemptions;
@@ -78,7 +79,10 @@ SchedulerStep Scheduler::schedule() {
         ++i;
         continue;
       }
-      const int64_t wanted = decodes ? std::min(remaining, budget) : prompt_chunk(*request, remaining, budget - reserved);
+      // A decode verifies its speculative drafts in the same chunk, budget permitting.
+      const int64_t drafts = static_cast<int64_t>(request->drafts.size());
+      const int64_t wanted =
+          decodes ? std::min(remaining + drafts, budget) : prompt_chunk(*request, remaining, budget - reserved);
       if (wanted <= 0) {
         ++i;
         continue;

@@ -82,7 +82,8 @@ size_t ErnieModel::kv_row_bytes() const {
 }
 
 std::unique_ptr<KvCache> ErnieModel::new_kv_cache() const {
-  return std::make_unique<SequenceKvCache>(config_.num_hidden_layers, kv_row_bytes());
+  // One more layer for the MTP head's keys and values, when there is one.
+  return std::make_unique<SequenceKvCache>(config_.num_hidden_layers + (has_mtp() ? 1 : 0), kv_row_bytes());
 }
 
 void ErnieModel::validate(const ForwardBatch& batch) const {
@@ -137,33 +138,27 @@ void ErnieModel::plan_batch(const ForwardBatch& batch) {
   }
 }
 
-std::vector<float>& ErnieModel::forward(const ForwardBatch& batch) {
+void ErnieModel::prepare_threads() {
+  if (std::this_thread::get_id() == threads_prepared_for_) return;
+  // Every pool thread's kernel buffers are sized now, for the widest weight and this
+  // head_dim, so no later step grows one on whichever thread happens to run a chunk.
+  const int64_t widest = std::max<int64_t>(
+      {config_.hidden_size, config_.q_width(), config_.intermediate_size,
+       config_.moe ? config_.moe->intermediate_size : 0, 2 * config_.hidden_size});
+  pool_.run_on_every_thread([&] {
+    reserve_matmul_scratch(widest);
+    reserve_attention_scratch(thread_attention_scratch(), config_.head_dim);
+  });
+  threads_prepared_for_ = std::this_thread::get_id();
+}
+
+void ErnieModel::begin_batch(const ForwardBatch& batch) {
   validate(batch);
-  if (std::this_thread::get_id() != threads_prepared_for_) {
-    // Every pool thread's kernel buffers are sized now, for the widest weight and this
-    // head_dim, so no later step grows one on whichever thread happens to run a chunk.
-    const int64_t widest = std::max<int64_t>(
-        {config_.hidden_size, config_.q_width(), config_.intermediate_size,
-         config_.moe ? config_.moe->intermediate_size : 0, 2 * config_.hidden_size});
-    pool_.run_on_every_thread([&] {
-      reserve_matmul_scratch(widest);
-      reserve_attention_scratch(thread_attention_scratch(), config_.head_dim);
-    });
-    threads_prepared_for_ = std::this_thread::get_id();
-  }
-  const int64_t n = static_cast<int64_t>(batch.tokens.size());
-  const int64_t h = config_.hidden_size;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+  prepare_threads();
   for (const SequenceChunk& chunk : batch.sequences) chunk.cache->reserve(chunk.start_position + chunk.num_tokens);
   plan_batch(batch);
-
-  // x = Emb[token], no scaling.
-  float* x = sized(x_, n * h);
-  for (int64_t t = 0; t < n; ++t)
-    convert_to_f32(weights_.embedding.dtype, weights_.embedding.row(batch.tokens[static_cast<size_t>(t)]), x + t * h,
-                   static_cast<size_t>(h));
-
   // RoPE rotations of every row's position, shared by all layers.
+  const int64_t n = static_cast<int64_t>(batch.tokens.size());
   const int hd = config_.head_dim;
   float* rotations = sized(rope_cos_sin_, n * hd);
   for_rows(n, [&](int64_t t0, int64_t t1) {
@@ -172,33 +167,88 @@ std::vector<float>& ErnieModel::forward(const ForwardBatch& batch) {
       rope_rotation(static_cast<float>(position), hd, rope_inv_freq_.data(), rotations + t * hd);
     }
   });
+  sized(normed_, n * config_.hidden_size);
+  sized(block_out_, n * config_.hidden_size);
+}
 
-  float* normed = sized(normed_, n * h);
-  float* block_out = sized(block_out_, n * h);
-  for (int layer_index = 0; layer_index < config_.num_hidden_layers; ++layer_index) {
-    const DecoderLayerWeights& layer = weights_.layers[static_cast<size_t>(layer_index)];
-    for_rows(n, [&](int64_t t0, int64_t t1) { rms_norm(x + t0 * h, t1 - t0, h, layer.input_norm.data(), eps, normed + t0 * h); });
-    attention_block(layer, layer_index, batch, block_out);
-    for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, block_out + t0 * h, 1.0f, (t1 - t0) * h); });
+void ErnieModel::embed(std::span<const int32_t> tokens, float* out) const {
+  const int64_t h = config_.hidden_size;
+  for (size_t t = 0; t < tokens.size(); ++t)
+    convert_to_f32(weights_.embedding.dtype, weights_.embedding.row(tokens[t]), out + static_cast<int64_t>(t) * h,
+                   static_cast<size_t>(h));
+}
 
-    for_rows(n, [&](int64_t t0, int64_t t1) {
-      rms_norm(x + t0 * h, t1 - t0, h, layer.post_attention_norm.data(), eps, normed + t0 * h);
-    });
-    std::fill_n(block_out, n * h, 0.0f);
-    if (layer.moe) {
-      moe_block(*layer.moe, n, block_out);
-    } else {
-      input_.reset(normed, n, h);
-      mlp_block(*layer.mlp, input_, block_out);
-    }
-    for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, block_out + t0 * h, 1.0f, (t1 - t0) * h); });
+std::vector<float>& ErnieModel::forward(const ForwardBatch& batch) {
+  begin_batch(batch);
+  const int64_t n = static_cast<int64_t>(batch.tokens.size());
+  // x = Emb[token], no scaling.
+  float* x = sized(x_, n * config_.hidden_size);
+  embed(batch.tokens, x);
+  for (int layer_index = 0; layer_index < config_.num_hidden_layers; ++layer_index)
+    decoder_layer(weights_.layers[static_cast<size_t>(layer_index)], layer_index, batch, x);
+  hidden_rows_ = n;
+  return head_logits(x, batch.logit_rows);
+}
+
+std::vector<float>& ErnieModel::forward_mtp(const ForwardBatch& batch, std::span<const float> hidden,
+                                            bool normalize_hidden) {
+  if (weights_.mtp.empty()) return LanguageModel::forward_mtp(batch, hidden, normalize_hidden);
+  const MtpWeights& mtp = weights_.mtp.front();
+  const int64_t n = static_cast<int64_t>(batch.tokens.size());
+  const int64_t h = config_.hidden_size;
+  if (static_cast<int64_t>(hidden.size()) != n * h)
+    fail("forward_mtp: ", n, " tokens need ", n * h, " hidden values, got ", hidden.size());
+  begin_batch(batch);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  // u = [RMSNorm(Emb[x_{t+1}]) ; RMSNorm(h_t)] · Wprojᵀ, the embedding half first (spec §4.1).
+  float* joined = sized(mtp_input_, n * 2 * h);
+  float* scratch = sized(normed_, n * h);
+  embed(batch.tokens, scratch);
+  for (int64_t t = 0; t < n; ++t) rms_norm(scratch + t * h, 1, h, mtp.embedding_norm.data(), eps, joined + t * 2 * h);
+  std::copy(hidden.begin(), hidden.end(), scratch);
+  if (normalize_hidden) rms_norm(scratch, n, h, weights_.final_norm.data(), eps, scratch);
+  for (int64_t t = 0; t < n; ++t) rms_norm(scratch + t * h, 1, h, mtp.hidden_norm.data(), eps, joined + t * 2 * h + h);
+  float* x = sized(x_, n * h);
+  matmul(pool_, joined, n, mtp.linear_projection, x);
+  decoder_layer(mtp.block, config_.num_hidden_layers, batch, x);
+  hidden_rows_ = n;
+  return head_logits(x, batch.logit_rows);
+}
+
+std::span<const float> ErnieModel::last_hidden_states() const {
+  return {x_.data(), static_cast<size_t>(hidden_rows_ * config_.hidden_size)};
+}
+
+void ErnieModel::decoder_layer(const DecoderLayerWeights& layer, int kv_layer, const ForwardBatch& batch, float* x) {
+  const int64_t n = static_cast<int64_t>(batch.tokens.size());
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  float* normed = normed_.data();
+  float* block_out = block_out_.data();
+  for_rows(n, [&](int64_t t0, int64_t t1) { rms_norm(x + t0 * h, t1 - t0, h, layer.input_norm.data(), eps, normed + t0 * h); });
+  attention_block(layer, kv_layer, batch, block_out);
+  for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, block_out + t0 * h, 1.0f, (t1 - t0) * h); });
+
+  for_rows(n, [&](int64_t t0, int64_t t1) {
+    rms_norm(x + t0 * h, t1 - t0, h, layer.post_attention_norm.data(), eps, normed + t0 * h);
+  });
+  std::fill_n(block_out, n * h, 0.0f);
+  if (layer.moe) {
+    moe_block(*layer.moe, n, block_out);
+  } else {
+    input_.reset(normed, n, h);
+    mlp_block(*layer.mlp, input_, block_out);
   }
+  for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, block_out + t0 * h, 1.0f, (t1 - t0) * h); });
+}
 
+std::vector<float>& ErnieModel::head_logits(const float* x, std::span<const int32_t> rows_wanted) {
   // Only the requested rows go through the final norm and the (large) head.
-  const int64_t rows = static_cast<int64_t>(batch.logit_rows.size());
+  const int64_t h = config_.hidden_size;
+  const int64_t rows = static_cast<int64_t>(rows_wanted.size());
   float* last = sized(last_, rows * h);
-  for (int64_t r = 0; r < rows; ++r) std::copy_n(x + batch.logit_rows[static_cast<size_t>(r)] * h, h, last + r * h);
-  rms_norm(last, rows, h, weights_.final_norm.data(), eps, last);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(x + rows_wanted[static_cast<size_t>(r)] * h, h, last + r * h);
+  rms_norm(last, rows, h, weights_.final_norm.data(), static_cast<float>(config_.rms_norm_eps), last);
   const int64_t v = config_.vocab_size;
   // The result is exactly rows x V, so the caller can use its size.
   logits_.resize(static_cast<size_t>(rows * v));

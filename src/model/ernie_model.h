@@ -66,6 +66,11 @@ class ErnieModel final : public LanguageModel {
   // than an earlier one allocates nothing.
   std::vector<float>& forward(const ForwardBatch& batch) override;
 
+  bool has_mtp() const override { return !weights_.mtp.empty(); }
+  std::vector<float>& forward_mtp(const ForwardBatch& batch, std::span<const float> hidden,
+                                  bool normalize_hidden) override;
+  std::span<const float> last_hidden_states() const override;
+
  private:
   // Where a batch row's token sits: its sequence chunk and position.
   struct TokenSlot {
@@ -86,6 +91,15 @@ class ErnieModel final : public LanguageModel {
 
   void validate(const ForwardBatch& batch) const;
   void plan_batch(const ForwardBatch& batch);
+  void prepare_threads();
+  // validate, reserve the caches, plan the batch, its rows' RoPE rotations and buffers.
+  void begin_batch(const ForwardBatch& batch);
+  void embed(std::span<const int32_t> tokens, float* out) const;
+  // x[n, H] += attention and MLP (or MoE) of one decoder layer; keys and values go to
+  // layer `kv_layer` of the caches.
+  void decoder_layer(const DecoderLayerWeights& layer, int kv_layer, const ForwardBatch& batch, float* x);
+  // Final norm and LM head of the rows `rows_wanted` of x.
+  std::vector<float>& head_logits(const float* x, std::span<const int32_t> rows_wanted);
   // body(t0, t1) over the token rows [0, n): split over the pool for prefill-sized
   // batches, on this thread for decode-sized ones.
   void for_rows(int64_t n, FunctionRef<void(int64_t, int64_t)> body);
@@ -106,6 +120,8 @@ class ErnieModel final : public LanguageModel {
   // The forward pass's working memory (see forward()).
   std::vector<float> rope_cos_sin_;  // [rows][head_dim]: RoPE rotation of each row's position
   std::vector<float> x_, normed_, block_out_, q_, k_, v_, attended_, gate_, up_, down_, last_, logits_;
+  std::vector<float> mtp_input_;  // [rows, 2H]: normed embedding ; normed hidden
+  int64_t hidden_rows_ = 0;       // rows of x_ the last forward left
   std::vector<float> router_logits_, expert_in_, expert_out_, probs_, scores_, chosen_weight_;
   std::vector<int32_t> order_, chosen_expert_, expert_count_, expert_offset_;
   std::vector<Routing> routed_;  // [E][tokens routed to it], grouped by expert

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/config.h"
@@ -39,6 +40,20 @@ class LanguageModel {
   // of batch.logit_rows as [logit_rows.size(), vocab_size], row-major, in a buffer the
   // model owns and overwrites on the next call (callers may modify it).
   virtual std::vector<float>& forward(const ForwardBatch& batch) = 0;
+
+  // Speculative decoding's multi-token-prediction head (model spec §4), when the model
+  // has one. Row t of `batch` is the token x_{t+1} at position t, and row t of `hidden`
+  // ([rows, hidden_size], not a view of the model's buffers) the main model's hidden
+  // state h_t before its final norm (normalize_hidden applies that norm first, as
+  // FastDeploy feeds it). Keys and values go to layer config().num_hidden_layers of the
+  // caches. Returns the logits of batch.logit_rows like forward().
+  virtual bool has_mtp() const { return false; }
+  virtual std::vector<float>& forward_mtp(const ForwardBatch& batch, std::span<const float> hidden,
+                                          bool normalize_hidden);
+  // The hidden states [rows, hidden_size] the last forward() or forward_mtp() left, before
+  // the final norm: the main model's h_t, or the MTP head's output (fed back to draft
+  // again). Valid until the next call.
+  virtual std::span<const float> last_hidden_states() const { return {}; }
 };
 
 }  // namespace ernie

@@ -13,12 +13,34 @@ std::string number(double value) {
   return std::string(text, result.ptr);
 }
 
+double share(int64_t part, int64_t whole) { return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0; }
+
 void gauge(const std::string& name, const std::string& help, double value, std::string& out) {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + number(value) + "\n";
 }
 
 void counter(const std::string& name, const std::string& help, double value, std::string& out) {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " + number(value) + "\n";
+}
+
+// FastDeploy's spec_decode_* series: drafts verified, accepted and the tokens the
+// verifying steps emitted; efficiency is emitted over the most those steps could emit.
+void render_speculative(const EngineStats& engine, std::string& out) {
+  const std::string p = "fastdeploy:spec_decode_";
+  gauge(p + "draft_acceptance_rate", "Accepted share of the speculative drafts verified",
+        share(engine.spec_accepted_tokens, engine.spec_draft_tokens), out);
+  gauge(p + "efficiency", "Tokens emitted by verifying steps over the most they could emit (1 + drafts each)",
+        share(engine.spec_emitted_tokens, engine.spec_capacity_tokens), out);
+  counter(p + "num_draft_tokens_total", "Speculative draft tokens verified", static_cast<double>(engine.spec_draft_tokens), out);
+  counter(p + "num_accepted_tokens_total", "Speculative draft tokens accepted",
+          static_cast<double>(engine.spec_accepted_tokens), out);
+  counter(p + "num_emitted_tokens_total", "Tokens emitted by steps that verified drafts",
+          static_cast<double>(engine.spec_emitted_tokens), out);
+  const std::string name = p + "draft_single_head_acceptance_rate";
+  out += "# HELP " + name + " Accepted share of the drafts at each draft position\n# TYPE " + name + " gauge\n";
+  for (size_t head = 0; head < engine.spec_drafted_at.size(); ++head)
+    out += name + "{head=\"" + std::to_string(head) + "\"} " +
+           number(share(engine.spec_accepted_at[head], engine.spec_drafted_at[head])) + "\n";
 }
 
 // FastDeploy's 1-2-5 token buckets up to 33792.
@@ -144,6 +166,7 @@ std::string ServingMetrics::render(const EngineStats& engine, int max_num_seqs) 
   gauge(p + "cpu_hit_token_rate", "Share of prompt tokens served by the swap tier: none yet", 0, out);
   gauge(p + "prefix_cpu_cache_token_num", "Prompt tokens served by the swap tier: none yet", 0, out);
   gauge(p + "prefix_ssd_cache_token_num", "Prompt tokens served from disk: none yet", 0, out);
+  render_speculative(engine, out);
   return out;
 }
 

@@ -125,6 +125,8 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     ordered_json prompt_logprobs;  // null unless the request asked for them
     std::optional<FinishReason> finish_reason;
     int64_t cached_tokens = 0;
+    int64_t draft_tokens = 0;  // speculative drafts verified, and accepted
+    int64_t accepted_draft_tokens = 0;
     // n > 1: the choices after the first of a prompt wait for that one's first output,
     // so its prompt is in the prefix cache and is computed once.
     std::optional<size_t> after;
@@ -420,6 +422,8 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       const std::vector<LogprobEntry> logprobs = request_.logprobs ? logprob_entries(output) : std::vector<LogprobEntry>{};
       choice.logprobs.insert(choice.logprobs.end(), logprobs.begin(), logprobs.end());
       choice.cached_tokens = output.cached_tokens;
+      choice.draft_tokens = output.draft_tokens;
+      choice.accepted_draft_tokens = output.accepted_draft_tokens;
       if (output.finished()) choice.finish_reason = output.finish_reason;
       // With a parser, a delta that only carried markers says nothing (FastDeploy sends
       // none), unless the client asked for every token's ids or logprobs.
@@ -562,11 +566,18 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     figures.max_tokens = request_.params.max_tokens;
     service_.metrics_.request_finished(figures);
     std::string reasons;
-    for (const Choice& choice : choices_) reasons += (reasons.empty() ? "" : ",") + finish_text(choice);
+    int64_t drafts = 0, accepted = 0;
+    for (const Choice& choice : choices_) {
+      reasons += (reasons.empty() ? "" : ",") + finish_text(choice);
+      drafts += choice.draft_tokens;
+      accepted += choice.accepted_draft_tokens;
+    }
+    const std::string speculation =
+        drafts > 0 ? str_cat(" drafts_accepted=", accepted, "/", drafts) : std::string();
     log_info("request ", id_, " ", request_.kind == ApiKind::kChat ? "chat" : "completion",
              request_.stream ? " stream" : "", " prompt_tokens=", totals.prompt_tokens,
              " cached_tokens=", totals.cached_tokens, " completion_tokens=", totals.completion_tokens,
-             " ttft=", figures.ttft_seconds, "s total=", figures.e2e_seconds, "s finish=", reasons,
+             speculation, " ttft=", figures.ttft_seconds, "s total=", figures.e2e_seconds, "s finish=", reasons,
              disconnected_ ? " (client disconnected)" : "", failed ? " error: " + error_ : "");
     service_.forget(*this);
   }

@@ -84,7 +84,6 @@ std::vector<FlagInfo> serve_flags() {
       later("tensor-parallel-size", "N", "tensor parallelism over MPI arrives later; this server runs the whole model in one process"),
       later("splitwise-role", "ROLE", "prefill/decode disaggregation arrives later; this server runs as \"mixed\""),
       later("innode-prefill-ports", "PORTS", "prefill/decode disaggregation arrives later"),
-      later("speculative-config", "JSON", "speculative decoding (MTP) arrives later; decoding is not speculative"),
       later("limit-mm-per-prompt", "JSON", "images and video (ERNIE-4.5-VL) arrive later"),
       later("mm-processor-kwargs", "JSON", "images and video (ERNIE-4.5-VL) arrive later"),
       later("guided-decoding-backend", "NAME", "structured output arrives later"),
@@ -123,17 +122,12 @@ void check_choice(const std::string& flag_name, const std::string& value, const 
 
 // Checks the values of accepted-but-unimplemented flags, so a typo is caught today.
 void check_flag_value(const std::string& name, const std::string& value) {
-  if (name == "graph-optimization-config" || name == "model-loader-extra-config" || name == "speculative-config" ||
-      name == "limit-mm-per-prompt" || name == "mm-processor-kwargs")
+  if (name == "graph-optimization-config" || name == "model-loader-extra-config" || name == "limit-mm-per-prompt" ||
+      name == "mm-processor-kwargs")
     require_json_object(name, value);
   if (name == "splitwise-role") check_choice(name, value, {"mixed", "prefill", "decode"});
   if (name == "load-choices") check_choice(name, value, {"default", "default_v1", "new_loader", "dummy"});
   if (name == "guided-decoding-backend") check_choice(name, value, {"off", "auto", "xgrammar", "guidance"});
-  if (name == "speculative-config") {
-    const auto config = nlohmann::json::parse(value);
-    if (config.contains("method") && config["method"].is_string())
-      check_choice("speculative-config method", config["method"].get<std::string>(), {"mtp", "ngram", "naive", "suffix"});
-  }
 }
 
 std::string read_template_argument(const std::string& value) {

@@ -1,5 +1,7 @@
 #include "cli/engine_setup.h"
 
+#include <filesystem>
+
 #include "cli/model_loading.h"
 #include "model/generation_config.h"
 #include "util/error.h"
@@ -13,6 +15,17 @@ namespace {
 std::string env_or(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);
   return value != nullptr ? std::string(value) : fallback;
+}
+
+// The speculative config's "model", when it names a checkpoint other than the main one:
+// FastDeploy's seed commands pass the MTP model's path, which for the released
+// checkpoints is the main directory itself (its mtp_* tensors).
+std::string mtp_directory(const SpeculativeConfig& speculative, const std::string& model_dir) {
+  if (speculative.mtp_drafts() == 0 || speculative.model.empty()) return "";
+  const std::string resolved = resolve_model_path(speculative.model);
+  std::error_code error;
+  if (std::filesystem::equivalent(resolved, model_dir, error)) return "";
+  return resolved;
 }
 
 }  // namespace
@@ -90,7 +103,8 @@ LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& reque
   LoadedEngine loaded;
   loaded.pool = std::make_unique<ThreadPool>(threads);
   loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_dir.empty() ? model_dir : tokenizer_dir));
-  loaded.model = load_model_reporting(model_dir, *loaded.pool, quantization_from_flag(model_dir, requested.quantization));
+  loaded.model = load_model_reporting(model_dir, *loaded.pool, quantization_from_flag(model_dir, requested.quantization),
+                                      mtp_directory(requested.speculative, model_dir));
   EngineConfig config = requested;
   fit_max_model_len(config, loaded.model->config());
   validate_engine_config(config, loaded.model->config());

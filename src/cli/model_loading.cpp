@@ -52,7 +52,7 @@ QuantizationPlan quantization_from_flag(const std::string& model_dir, const std:
 }
 
 std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, ThreadPool& pool,
-                                                 const QuantizationPlan& quantization) {
+                                                 const QuantizationPlan& quantization, const std::string& mtp_dir) {
   log_info("loading model from ", model_dir, " (", pool.num_threads(), " threads)");
   const bool interactive = isatty(STDERR_FILENO) != 0;
   auto progress = [interactive](int done, int total) {
@@ -61,7 +61,7 @@ std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, T
     if (done == total) std::fprintf(stderr, "\n");
     std::fflush(stderr);
   };
-  auto model = ErnieModel::load(model_dir, pool, progress, quantization);
+  auto model = ErnieModel::load(model_dir, pool, progress, quantization, mtp_dir);
   const ModelConfig& config = model->config();
   const LoadReport& report = model->load_report();
   log_info("loaded ", config.architecture, " (", checkpoint_layout_name(report.layout), " layout, ",

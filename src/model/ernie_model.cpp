@@ -9,6 +9,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "util/error.h"
+#include "util/log.h"
 #include "util/stopwatch.h"
 
 namespace ernie {
@@ -46,11 +47,17 @@ ForwardBatch single_sequence_batch(KvCache& cache, std::span<const int32_t> toke
 
 std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, ThreadPool& pool,
                                              const LayerProgress& on_layer_loaded,
-                                             const QuantizationPlan& quantization) {
+                                             const QuantizationPlan& quantization, const std::string& mtp_dir) {
   Stopwatch stopwatch;
   ModelConfig config = load_model_config(model_dir);
   std::unique_ptr<Checkpoint> checkpoint = Checkpoint::open(model_dir);
   ErnieWeights weights = load_ernie_weights(*checkpoint, config, on_layer_loaded);
+  std::unique_ptr<Checkpoint> mtp_checkpoint;
+  if (!mtp_dir.empty()) {
+    mtp_checkpoint = Checkpoint::open(mtp_dir);
+    weights.mtp = load_mtp_weights(*mtp_checkpoint, config);
+    log_info("MTP head loaded from ", mtp_dir);
+  }
   LoadReport report;
   report.tensor_bytes = checkpoint->total_tensor_bytes();
   report.num_files = checkpoint->num_files();
@@ -63,6 +70,7 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
   report.weight_bytes = resident_weight_bytes(weights);
   auto model = std::make_unique<ErnieModel>(std::move(config), std::move(checkpoint), std::move(weights), pool,
                                             quantization.kv_cache);
+  model->mtp_checkpoint_ = std::move(mtp_checkpoint);
   report.seconds = stopwatch.seconds();
   model->load_report_ = report;
   return model;

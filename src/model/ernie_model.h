@@ -41,10 +41,11 @@ class ErnieModel final : public LanguageModel {
  public:
   // Loads config.json and the weights from `model_dir`. `pool` runs the kernels and
   // must outlive the model.
-  // `quantization` (default: none) is applied once the weights are loaded.
+  // `quantization` (default: none) is applied once the weights are loaded. `mtp_dir`: a
+  // checkpoint whose MTP head replaces the main checkpoint's (empty: none).
   static std::unique_ptr<ErnieModel> load(const std::string& model_dir, ThreadPool& pool,
                                           const LayerProgress& on_layer_loaded = nullptr,
-                                          const QuantizationPlan& quantization = {});
+                                          const QuantizationPlan& quantization = {}, const std::string& mtp_dir = "");
 
   ErnieModel(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ErnieWeights weights, ThreadPool& pool,
              KvStorage kv_storage = KvStorage::kF32);
@@ -110,6 +111,7 @@ class ErnieModel final : public LanguageModel {
 
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;  // keeps zero-copy weights mapped
+  std::unique_ptr<Checkpoint> mtp_checkpoint_;  // the same for an MTP head loaded from elsewhere
   ErnieWeights weights_;
   ThreadPool& pool_;
   KvStorage kv_storage_;

@@ -227,7 +227,31 @@ WeightMatrix read_lm_head(WeightReader& reader, Checkpoint& checkpoint, const Mo
   return view_matrix(*head);
 }
 
+std::vector<MtpWeights> read_mtp(WeightReader& reader, const ModelConfig& config) {
+  const int64_t h = config.hidden_size;
+  std::vector<MtpWeights> heads;
+  for (int index = 0; reader.has("mtp_emb_norm." + std::to_string(index) + ".weight"); ++index) {
+    const std::string n = std::to_string(index);
+    MtpWeights mtp;
+    mtp.embedding_norm = reader.vector("mtp_emb_norm." + n + ".weight", h);
+    mtp.hidden_norm = reader.vector("mtp_hidden_norm." + n + ".weight", h);
+    mtp.linear_projection = reader.linear("mtp_linear_proj." + n + ".weight", h, 2 * h);
+    mtp.block = read_layer(reader, "mtp_block." + n + ".", config, /*moe_layer=*/false);
+    heads.push_back(std::move(mtp));
+  }
+  return heads;
+}
+
 }  // namespace
+
+std::vector<MtpWeights> load_mtp_weights(Checkpoint& checkpoint, const ModelConfig& config) {
+  for (const CheckpointLayout layout : {CheckpointLayout::kTorch, CheckpointLayout::kPaddle}) {
+    WeightReader reader(checkpoint, layout);
+    if (reader.has("mtp_emb_norm.0.weight")) return read_mtp(reader, config);
+  }
+  fail("the MTP checkpoint has no tensor \"model.mtp_emb_norm.0.weight\" (PT layout) or ",
+       "\"ernie.mtp_emb_norm.0.weight\" (Paddle layout): it holds no MTP head");
+}
 
 ErnieWeights load_ernie_weights(Checkpoint& checkpoint, const ModelConfig& config,
                                 const LayerProgress& on_layer_loaded) {
@@ -248,15 +272,7 @@ ErnieWeights load_ernie_weights(Checkpoint& checkpoint, const ModelConfig& confi
   weights.final_norm = reader.vector("norm.weight", h);
   weights.lm_head = read_lm_head(reader, checkpoint, config, weights.embedding);
 
-  for (int index = 0; reader.has("mtp_emb_norm." + std::to_string(index) + ".weight"); ++index) {
-    const std::string n = std::to_string(index);
-    MtpWeights mtp;
-    mtp.embedding_norm = reader.vector("mtp_emb_norm." + n + ".weight", h);
-    mtp.hidden_norm = reader.vector("mtp_hidden_norm." + n + ".weight", h);
-    mtp.linear_projection = reader.linear("mtp_linear_proj." + n + ".weight", h, 2 * h);
-    mtp.block = read_layer(reader, "mtp_block." + n + ".", config, /*moe_layer=*/false);
-    weights.mtp.push_back(std::move(mtp));
-  }
+  weights.mtp = read_mtp(reader, config);
   if (config.num_nextn_predict_layers > 0 && weights.mtp.empty())
     log_info("config.json declares ", config.num_nextn_predict_layers,
              " MTP layer(s) but the checkpoint has none; speculative decoding with MTP will be unavailable");

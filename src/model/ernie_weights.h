@@ -61,4 +61,8 @@ using LayerProgress = std::function<void(int done, int total)>;
 ErnieWeights load_ernie_weights(Checkpoint& checkpoint, const ModelConfig& config,
                                 const LayerProgress& on_layer_loaded = nullptr);
 
+// The MTP head(s) of a checkpoint kept apart from the main one (speculative config
+// "model"), in either layout; its other tensors are not read.
+std::vector<MtpWeights> load_mtp_weights(Checkpoint& checkpoint, const ModelConfig& config);
+
 }  // namespace ernie

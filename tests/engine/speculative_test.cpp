@@ -230,5 +230,37 @@ TEST(SpeculativeEngineTest, MtpNeedsAnMtpHead) {
   EXPECT_THAT(testing::error_message([&] { Engine(*model, tokenizer, config, 16, {2}); }), HasSubstr("use method \"ngram\""));
 }
 
+TEST(SpeculativeEngineTest, AnMtpHeadFromAnotherCheckpointDrafts) {
+  testing::TempDir temp;
+  SyntheticModelSpec spec = synthetic_preset("tiny-moe");  // the golden tiny-moe's shapes
+  spec.with_mtp = true;
+  const std::string mtp_dir = testing::make_checkpoint(temp, "mtp", spec, CheckpointLayout::kPaddle, 1);
+  ThreadPool pool(2);
+  const std::string main_dir = testing::golden_model_dir("tiny-moe");
+  auto model = ErnieModel::load(main_dir, pool, nullptr, {}, mtp_dir);
+  ASSERT_TRUE(model->has_mtp());
+  const Tokenizer tokenizer = Tokenizer::load(main_dir);
+  std::vector<std::vector<int32_t>> outputs;
+  for (const char* speculative : {"", R"({"method": "mtp", "num_speculative_tokens": 2})"}) {
+    EngineConfig config;
+    config.max_model_len = 128;
+    if (*speculative != '\0') config.speculative = parse_speculative_config(speculative);
+    Engine engine(*model, tokenizer, config, 32, {2});
+    GenerateRequest request{"a", testing::synthetic_token_ids(3, 12), {}, {}};
+    request.params.temperature = 0.0f;
+    request.params.max_tokens = 40;
+    request.params.ignore_eos = true;
+    engine.add_request(request);
+    std::vector<int32_t> tokens;
+    while (engine.has_work())
+      for (const RequestOutput& output : engine.step()) tokens.insert(tokens.end(), output.token_ids.begin(), output.token_ids.end());
+    outputs.push_back(tokens);
+    if (config.speculative.enabled()) {
+      EXPECT_GT(engine.stats().spec_draft_tokens, 0);
+    }
+  }
+  EXPECT_EQ(outputs[0], outputs[1]) << "a random head's drafts are rejected, never emitted";
+}
+
 }  // namespace
 }  // namespace ernie

@@ -376,6 +376,9 @@ void Engine::draft_with_mtp(const std::vector<StepChunk>& chunks) {
   // target's hidden state at t. Drafting requests read the logits of their last row.
   const int64_t h = model_.config().hidden_size;
   const std::span<const float> hidden = model_.last_hidden_states();
+  if (hidden.size() != step_batch_.tokens.size() * static_cast<size_t>(h))
+    fail("internal: the model kept ", hidden.size(), " hidden values for a step of ", step_batch_.tokens.size(),
+         " tokens; the MTP head needs ", h, " per token");
   ForwardBatch& batch = mtp_batch_;
   batch.tokens.clear();
   batch.sequences.clear();

@@ -4,7 +4,12 @@
 #include <cstring>
 #include <thread>
 
+#include "util/error.h"
+
 namespace ernie::testing {
+namespace {
+constexpr int64_t kMtpMissEvery = 4;  // every fourth draft is wrong on purpose
+}  // namespace
 
 ScriptedModel::ScriptedModel(ModelConfig config, const Tokenizer& tokenizer, std::vector<int32_t> answer_start,
                              std::vector<Script> scripts, int32_t end_token, std::chrono::milliseconds step_delay)
@@ -44,6 +49,7 @@ std::vector<float>& ScriptedModel::forward(const ForwardBatch& batch) {
   if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
   const size_t vocab = static_cast<size_t>(config_.vocab_size);
   logits_.assign(batch.logit_rows.size() * vocab, 0.0f);
+  hidden_.assign(batch.tokens.size() * static_cast<size_t>(config_.hidden_size), 0.0f);
   std::vector<int32_t> context;
   for (const SequenceChunk& chunk : batch.sequences) {
     chunk.cache->reserve(chunk.start_position + chunk.num_tokens);
@@ -59,6 +65,33 @@ std::vector<float>& ScriptedModel::forward(const ForwardBatch& batch) {
       for (int64_t p = 0; p <= last; ++p) std::memcpy(&context[static_cast<size_t>(p)], chunk.cache->key(0, p), sizeof(int32_t));
       // A margin no sampling setting can overturn.
       logits_[row * vocab + static_cast<size_t>(next_token(context))] = 100.0f;
+    }
+  }
+  return logits_;
+}
+
+std::vector<float>& ScriptedModel::forward_mtp(const ForwardBatch& batch, std::span<const float> hidden, bool) {
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  logits_.assign(batch.logit_rows.size() * vocab, 0.0f);
+  hidden_.assign(batch.tokens.size() * static_cast<size_t>(config_.hidden_size), 0.0f);
+  if (hidden.size() != hidden_.size()) fail("scripted forward_mtp: hidden rows do not match the batch");
+  for (size_t row = 0; row < batch.logit_rows.size(); ++row) {
+    const int32_t batch_row = batch.logit_rows[row];
+    for (const SequenceChunk& chunk : batch.sequences) {
+      if (batch_row < chunk.first_token || batch_row >= chunk.first_token + chunk.num_tokens) continue;
+      // The context up to this row's position (layer 0 holds the target's tokens; a later
+      // draft pass may sit past them, where it drafts nothing useful), then its token.
+      const int64_t position = chunk.start_position + (batch_row - chunk.first_token);
+      std::vector<int32_t> context;
+      for (int64_t p = 0; p <= position; ++p) {
+        int32_t token = 0;
+        std::memcpy(&token, chunk.cache->key(0, p), sizeof(token));
+        context.push_back(token);
+      }
+      context.push_back(batch.tokens[static_cast<size_t>(batch_row)]);
+      int32_t draft = next_token(context);
+      if (++mtp_rows_ % kMtpMissEvery == 0) draft = (draft + 1) % config_.vocab_size;
+      logits_[row * vocab + static_cast<size_t>(draft)] = 100.0f;
     }
   }
   return logits_;

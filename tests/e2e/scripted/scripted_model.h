@@ -35,6 +35,12 @@ class ScriptedModel final : public LanguageModel {
   const ModelConfig& config() const override { return config_; }
   size_t kv_row_bytes() const override { return sizeof(int32_t); }
   std::vector<float>& forward(const ForwardBatch& batch) override;
+  // A draft head that knows the script: row t (the token at t + 1) predicts the script's
+  // token at t + 2, or a wrong one every `mtp_miss_every`-th row, so speculative decoding
+  // sees accepted and rejected drafts. Its rows read the context from layer 0.
+  bool has_mtp() const override { return true; }
+  std::vector<float>& forward_mtp(const ForwardBatch& batch, std::span<const float> hidden, bool normalize_hidden) override;
+  std::span<const float> last_hidden_states() const override { return hidden_; }
 
  private:
   int32_t next_token(const std::vector<int32_t>& context) const;
@@ -46,6 +52,8 @@ class ScriptedModel final : public LanguageModel {
   int32_t end_token_;
   std::chrono::milliseconds step_delay_;
   std::vector<float> logits_;
+  std::vector<float> hidden_;  // zeros: the scripted target has no hidden state to speak of
+  int64_t mtp_rows_ = 0;
 };
 
 }  // namespace ernie::testing

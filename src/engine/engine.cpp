@@ -35,6 +35,7 @@ Engine::Engine(LanguageModel& model, const Tokenizer& tokenizer, const EngineCon
   if (config_.speculative.mtp_drafts() > 0 && !model_.has_mtp())
     fail("--speculative-config method \"mtp\" needs a checkpoint with an MTP head (config.json ",
          "num_nextn_predict_layers >= 1 and mtp_* tensors); this one has none: use method \"ngram\"");
+  if (config_.speculative.mtp_drafts() > 0) model_.prepare_mtp();
 }
 
 Engine::~Engine() = default;
@@ -179,6 +180,13 @@ std::vector<RequestOutput> Engine::step() {
   counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
   if (plan.chunks.empty()) return outputs;
   ++counters_.steps;
+  const auto started = std::chrono::steady_clock::now();
+  bool decode_only = true;  // what the draft planner measures
+  int rows = 0;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    decode_only = decode_only && chunk.start >= chunk.request->prompt_length;
+    rows += static_cast<int>(chunk.num_tokens);
+  }
 
   // One packed batch: every scheduled chunk, each over its own block table. The batch
   // vectors are members so their capacity carries over from step to step.
@@ -244,7 +252,16 @@ std::vector<RequestOutput> Engine::step() {
     }
     outputs.push_back(emit_tokens(chunk, logits.data() + static_cast<size_t>(chunk.first_logit) * vocab));
   }
-  if (config_.speculative.enabled()) propose_drafts(chunks);
+  if (config_.speculative.enabled()) {
+    propose_drafts(chunks);
+    // The planner learns what a decode-only step costs by its rows, drafting included:
+    // from steady steps only, which proposed as many rows as they verified (a step that
+    // starts or stops drafting pays for one plan and verifies another).
+    int proposed = 0;
+    for (const StepChunk& chunk : chunks)
+      if (chunk.request && chunk.first_logit >= 0) proposed += 1 + static_cast<int>(chunk.request->drafts.size());
+    if (decode_only && proposed == rows) planner_.record_step(rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
   return outputs;
 }
 
@@ -294,6 +311,7 @@ RequestOutput Engine::emit_tokens(StepChunk& chunk, float* logits) {
   if (chunk.drafts > 0) {
     // A request whose drafts keep failing stops drafting for a while: each rejected
     // verification cost a row of compute for nothing.
+    planner_.record_verification(chunk.drafts, accepted);
     request.draft_misses = accepted == 0 ? request.draft_misses + 1 : 0;
     if (request.draft_misses >= kDraftMissesBeforePause) {
       request.draft_misses = 0;
@@ -342,17 +360,19 @@ int Engine::draft_budget(EngineRequest& request) const {
 
 void Engine::propose_drafts(std::vector<StepChunk>& chunks) {
   const SpeculativeConfig& spec = config_.speculative;
-  // No drafts at all while the batch is large enough that verifying them would cost more
-  // than it saves: a CPU step over many decodes is bound by compute, not by reading the
-  // weights once.
+  // How many drafts each request gets is the planner's call: none once the batch is
+  // compute-bound or acceptance is low (speculative.h).
   int decoding = 0;
   for (StepChunk& chunk : chunks) {
     chunk.draft_budget = 0;
     if (chunk.request && chunk.first_logit >= 0) ++decoding;
   }
-  if (decoding == 0 || decoding > spec.max_batch) return;
+  if (decoding == 0) return;
+  const int planned = spec.adaptive ? planner_.plan(decoding, spec.num_speculative_tokens) : spec.num_speculative_tokens;
+  const int per_request = std::min(planned, (spec.max_verify_rows - decoding) / decoding);
+  if (per_request <= 0) return;
   for (StepChunk& chunk : chunks)
-    if (chunk.request && chunk.first_logit >= 0) chunk.draft_budget = draft_budget(*chunk.request);
+    if (chunk.request && chunk.first_logit >= 0) chunk.draft_budget = std::min(per_request, draft_budget(*chunk.request));
   if (spec.mtp_drafts() > 0) draft_with_mtp(chunks);
   if (spec.method == SpeculativeMethod::kMtp && !spec.mtp_with_ngram) return;
   for (const StepChunk& chunk : chunks) {

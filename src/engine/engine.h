@@ -149,6 +149,7 @@ class Engine {
   ForwardBatch mtp_batch_;
   std::vector<float> mtp_hidden_;
   std::vector<MtpDraft> mtp_drafting_;
+  DraftPlanner planner_;
 };
 
 }  // namespace ernie

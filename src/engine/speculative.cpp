@@ -86,6 +86,42 @@ SpeculativeConfig parse_speculative_config(const std::string& json_text) {
   return config;
 }
 
+int DraftPlanner::plan(int decoding, int max_drafts) const {
+  const auto measured = [&](int rows) {
+    return static_cast<size_t>(rows) < step_seconds_.size() ? step_seconds_[static_cast<size_t>(rows)] : 0.0;
+  };
+  // The plain step is measured first; a larger one, until measured, is assumed to cost
+  // the same, so that it is tried.
+  const double plain = decoding > 0 ? measured(decoding) : 0.0;
+  if (plain <= 0) return 0;
+  const auto seconds = [&](int rows) { return measured(rows) > 0 ? measured(rows) : plain; };
+  int best = 0;
+  double best_rate = 0;
+  double expected = 0, run = 1;  // tokens per request: 1 + a + ... + a^j
+  for (int drafts = 0; drafts <= max_drafts && decoding * (1 + drafts) <= kMaxVerifyRows; ++drafts) {
+    expected += run;
+    run *= acceptance_;
+    const double rate = decoding * expected / seconds(decoding * (1 + drafts));
+    if (rate > best_rate * 1.1) {  // a plan must beat the last by 10%: measurements are noisy
+      best = drafts;
+      best_rate = rate;
+    }
+  }
+  return best;
+}
+
+void DraftPlanner::record_step(int rows, double seconds) {
+  if (rows <= 0 || rows > kMaxVerifyRows) return;
+  if (step_seconds_.size() <= static_cast<size_t>(rows)) step_seconds_.resize(static_cast<size_t>(rows) + 1, 0.0);
+  double& average = step_seconds_[static_cast<size_t>(rows)];
+  average = average > 0 ? average + kWeight * (seconds - average) : seconds;
+}
+
+void DraftPlanner::record_verification(int drafts, int accepted) {
+  if (drafts <= 0) return;
+  acceptance_ += kWeight * (static_cast<double>(accepted) / drafts - acceptance_);
+}
+
 std::vector<int32_t> propose_ngram_drafts(std::span<const int32_t> context, int count, int min_n, int max_n) {
   const size_t length = context.size();
   const size_t window_start = length > kNgramSearchWindow ? length - kNgramSearchWindow : 0;

@@ -13,14 +13,35 @@
 namespace ernie {
 
 inline constexpr int kMaxSpeculativeTokens = 5;  // FastDeploy's limit on drafts per step
-// Above this many decoding requests no drafts are made: verifying them costs compute a
-// large batch does not have to spare (the weights are already read once per step for
-// many tokens), so speculation would slow it down (README "Speculative decoding").
-inline constexpr int kMaxSpeculativeBatch = 8;
+// Most decode rows (requests plus their drafts) one step verifies.
+inline constexpr int kMaxVerifyRows = 64;
 // A request whose drafts were all rejected this many verifications in a row makes none
 // for the next kDraftPauseSteps steps.
 inline constexpr int kDraftMissesBeforePause = 3;
 inline constexpr int kDraftPauseSteps = 8;
+
+// Whether drafting pays, learnt while serving. A CPU step reads every weight once however
+// many rows it has, so while reading weights dominates a few more rows cost little;
+// once the step is bound by compute each draft row is paid in full. The planner keeps the
+// measured time of decode-only steps by their number of rows and the recent acceptance,
+// and gives each request the number of drafts j that maximises the expected tokens per
+// second: d * (1 + a + ... + a^j) over the time of d * (1 + j) rows. A row count never
+// measured is assumed to cost what the plain step costs, so it is tried once.
+class DraftPlanner {
+ public:
+  // Drafts per request (0..max_drafts) for a step with `decoding` requests.
+  int plan(int decoding, int max_drafts) const;
+  // A decode-only step with `rows` rows took `seconds`.
+  void record_step(int rows, double seconds);
+  // A verification of `drafts` drafts accepted `accepted`.
+  void record_verification(int drafts, int accepted);
+  double acceptance() const { return acceptance_; }
+
+ private:
+  static constexpr double kWeight = 0.1;  // of the newest sample in each moving average
+  std::vector<double> step_seconds_;       // by rows; 0: not measured yet
+  double acceptance_ = 0.8;                // optimistic until measured
+};
 
 enum class SpeculativeMethod {
   kNone,
@@ -36,7 +57,8 @@ struct SpeculativeConfig {
   int max_ngram_size = 5;
   int min_ngram_size = 2;
   std::string model;  // a directory with the MTP weights; empty: the main checkpoint's mtp_* tensors
-  int max_batch = kMaxSpeculativeBatch;  // most decoding requests a step drafts for (not a FastDeploy key)
+  int max_verify_rows = kMaxVerifyRows;  // decode rows a step verifies at most (not a FastDeploy key)
+  bool adaptive = true;  // the DraftPlanner decides the drafts; false: always num_speculative_tokens (tests)
 
   bool enabled() const { return method != SpeculativeMethod::kNone; }
   // Drafts the MTP head makes per step (0 unless method is kMtp).

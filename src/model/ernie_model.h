@@ -68,6 +68,8 @@ class ErnieModel final : public LanguageModel {
   std::vector<float>& forward(const ForwardBatch& batch) override;
 
   bool has_mtp() const override { return !weights_.mtp.empty(); }
+  // The int8 copy of the LM head that drafting projects with (see forward_mtp).
+  void prepare_mtp() override;
   std::vector<float>& forward_mtp(const ForwardBatch& batch, std::span<const float> hidden,
                                   bool normalize_hidden) override;
   std::span<const float> last_hidden_states() const override;
@@ -99,8 +101,8 @@ class ErnieModel final : public LanguageModel {
   // x[n, H] += attention and MLP (or MoE) of one decoder layer; keys and values go to
   // layer `kv_layer` of the caches.
   void decoder_layer(const DecoderLayerWeights& layer, int kv_layer, const ForwardBatch& batch, float* x);
-  // Final norm and LM head of the rows `rows_wanted` of x.
-  std::vector<float>& head_logits(const float* x, std::span<const int32_t> rows_wanted);
+  // Final norm and `head` (the LM head, or the MTP's int8 copy) of the rows `rows_wanted` of x.
+  std::vector<float>& head_logits(const float* x, std::span<const int32_t> rows_wanted, const WeightMatrix& head);
   // body(t0, t1) over the token rows [0, n): split over the pool for prefill-sized
   // batches, on this thread for decode-sized ones.
   void for_rows(int64_t n, FunctionRef<void(int64_t, int64_t)> body);
@@ -124,6 +126,7 @@ class ErnieModel final : public LanguageModel {
   std::vector<float> x_, normed_, block_out_, q_, k_, v_, attended_, gate_, up_, down_, last_, logits_;
   std::vector<float> mtp_input_;  // [rows, 2H]: normed embedding ; normed hidden
   int64_t hidden_rows_ = 0;       // rows of x_ the last forward left
+  std::unique_ptr<WeightMatrix> mtp_head_;  // int8 copy of the LM head for drafting
   std::vector<float> router_logits_, expert_in_, expert_out_, probs_, scores_, chosen_weight_;
   std::vector<int32_t> order_, chosen_expert_, expert_count_, expert_offset_;
   std::vector<Routing> routed_;  // [E][tokens routed to it], grouped by expert

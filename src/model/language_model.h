@@ -48,6 +48,8 @@ class LanguageModel {
   // FastDeploy feeds it). Keys and values go to layer config().num_hidden_layers of the
   // caches. Returns the logits of batch.logit_rows like forward().
   virtual bool has_mtp() const { return false; }
+  // Makes what drafting needs ahead of the first forward_mtp (so no step pays for it).
+  virtual void prepare_mtp() {}
   virtual std::vector<float>& forward_mtp(const ForwardBatch& batch, std::span<const float> hidden,
                                           bool normalize_hidden);
   // The hidden states [rows, hidden_size] the last forward() or forward_mtp() left, before

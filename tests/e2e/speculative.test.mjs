@@ -87,7 +87,7 @@ test('the Thinking model with MTP drafts answers as without: reasoning, content,
   assert.match(servers.thinkingMtp.output(), /drafts_accepted=\d+\/\d+/, 'the access log line');
 });
 
-test('kjv-moe answers greedily the same with MTP or n-gram drafts, and accepts most MTP drafts', async () => {
+test('kjv-moe answers greedily the same with MTP or n-gram drafts', async () => {
   const request = { model: 'default', prompt: 'And God said, Let there be light: and there was light.', max_tokens: 120,
                     temperature: 0, ignore_eos: true };
   const plain = await client(servers.kjv).completions.create(request);
@@ -96,6 +96,9 @@ test('kjv-moe answers greedily the same with MTP or n-gram drafts, and accepts m
     assert.equal(drafted.choices[0].text, plain.choices[0].text, name);
     assert.equal(drafted.usage.completion_tokens, 120);
   }
+  // The planner drafts at least once (to measure what drafting costs here); how often
+  // after that depends on this machine's timings.
   const accepted = servers.kjvMtp.output().match(/drafts_accepted=(\d+)\/(\d+)/);
-  assert.ok(accepted && Number(accepted[1]) / Number(accepted[2]) > 0.5, `MTP acceptance: ${accepted?.[0]}`);
+  assert.ok(accepted, 'the access log line reports the drafts');
+  if (Number(accepted[2]) >= 20) assert.ok(Number(accepted[1]) / Number(accepted[2]) > 0.5, `MTP acceptance: ${accepted[0]}`);
 });

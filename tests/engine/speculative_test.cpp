@@ -220,6 +220,24 @@ TEST(NgramDraftsTest, FollowTheMostRecentEarlierMatchOfTheLongestTail) {
   EXPECT_EQ(propose_ngram_drafts(std::vector<int32_t>{8, 8, 8}, 4, 2, 2), (std::vector<int32_t>{8}));
 }
 
+TEST(DraftPlannerTest, DraftsOnlyWhenTheExpectedTokensPerSecondRise) {
+  DraftPlanner planner;
+  EXPECT_EQ(planner.plan(1, 3), 0) << "the plain step is measured first";
+  planner.record_step(1, 0.010);
+  EXPECT_EQ(planner.plan(1, 3), 3) << "untried sizes are assumed free, so they get tried";
+  // Reading weights dominates: two to four rows cost about what one does.
+  for (int rows = 2; rows <= 4; ++rows) planner.record_step(rows, 0.0105);
+  for (int i = 0; i < 30; ++i) planner.record_verification(3, 3);  // every draft accepted
+  EXPECT_EQ(planner.plan(1, 3), 3);
+  for (int i = 0; i < 60; ++i) planner.record_verification(3, 0);  // none accepted any more
+  EXPECT_EQ(planner.plan(1, 3), 0);
+  // Compute-bound: rows cost in proportion; even perfect drafts gain nothing.
+  DraftPlanner bound;
+  for (int rows = 4; rows <= 16; rows += 4) bound.record_step(rows, 0.001 * rows);
+  for (int i = 0; i < 30; ++i) bound.record_verification(1, 1);
+  EXPECT_EQ(bound.plan(4, 3), 0);
+}
+
 TEST(SpeculativeEngineTest, MtpNeedsAnMtpHead) {
   ThreadPool pool(1);
   auto model = ErnieModel::load(testing::golden_model_dir("tiny-dense"), pool);

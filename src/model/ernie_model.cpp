@@ -221,7 +221,6 @@ std::vector<float>& ErnieModel::forward_mtp(const ForwardBatch& batch, std::span
   matmul(pool_, joined, n, mtp.linear_projection, x);
   decoder_layer(mtp.block, config_.num_hidden_layers, batch, x);
   hidden_rows_ = n;
-  prepare_mtp();
   return head_logits(x, batch.logit_rows, mtp_head_ ? *mtp_head_ : weights_.lm_head);
 }
 

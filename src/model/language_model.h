@@ -48,7 +48,8 @@ class LanguageModel {
   // FastDeploy feeds it). Keys and values go to layer config().num_hidden_layers of the
   // caches. Returns the logits of batch.logit_rows like forward().
   virtual bool has_mtp() const { return false; }
-  // Makes what drafting needs ahead of the first forward_mtp (so no step pays for it).
+  // Switches forward_mtp to what drafting wants (ErnieModel: an int8 copy of the head,
+  // made now so that no step pays for it); before it, forward_mtp is exact.
   virtual void prepare_mtp() {}
   virtual std::vector<float>& forward_mtp(const ForwardBatch& batch, std::span<const float> hidden,
                                           bool normalize_hidden);

@@ -86,7 +86,7 @@ SpeculativeConfig parse_speculative_config(const std::string& json_text) {
   return config;
 }
 
-int DraftPlanner::plan(int decoding, int max_drafts) const {
+int DraftPlanner::plan(int decoding, int max_drafts) {
   const auto measured = [&](int rows) {
     return static_cast<size_t>(rows) < step_seconds_.size() ? step_seconds_[static_cast<size_t>(rows)] : 0.0;
   };
@@ -107,7 +107,13 @@ int DraftPlanner::plan(int decoding, int max_drafts) const {
       best_rate = rate;
     }
   }
-  return best;
+  if (best > 0 || max_drafts == 0) {
+    plain_plans_ = 0;
+    return best;
+  }
+  if (++plain_plans_ < kProbeEvery) return 0;
+  plain_plans_ = 0;
+  return 1;  // a probe
 }
 
 void DraftPlanner::record_step(int rows, double seconds) {

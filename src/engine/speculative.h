@@ -29,8 +29,10 @@ inline constexpr int kDraftPauseSteps = 8;
 // measured is assumed to cost what the plain step costs, so it is tried once.
 class DraftPlanner {
  public:
-  // Drafts per request (0..max_drafts) for a step with `decoding` requests.
-  int plan(int decoding, int max_drafts) const;
+  // Drafts per request (0..max_drafts) for a step with `decoding` requests. While it
+  // plans none, every kProbeEvery-th call drafts one anyway, so that acceptance and cost
+  // measured in a bad stretch do not stop drafting for good.
+  int plan(int decoding, int max_drafts);
   // A decode-only step with `rows` rows took `seconds`.
   void record_step(int rows, double seconds);
   // A verification of `drafts` drafts accepted `accepted`.
@@ -39,6 +41,8 @@ class DraftPlanner {
 
  private:
   static constexpr double kWeight = 0.1;  // of the newest sample in each moving average
+  static constexpr int kProbeEvery = 32;
+  int plain_plans_ = 0;  // plans in a row that drafted nothing
   std::vector<double> step_seconds_;       // by rows; 0: not measured yet
   double acceptance_ = 0.8;                // optimistic until measured
 };

@@ -231,11 +231,16 @@ TEST(DraftPlannerTest, DraftsOnlyWhenTheExpectedTokensPerSecondRise) {
   EXPECT_EQ(planner.plan(1, 3), 3);
   for (int i = 0; i < 60; ++i) planner.record_verification(3, 0);  // none accepted any more
   EXPECT_EQ(planner.plan(1, 3), 0);
+  // It still probes now and then, so a better stretch is noticed.
+  int probes = 0;
+  for (int i = 0; i < 64; ++i) probes += planner.plan(1, 3) > 0;
+  EXPECT_EQ(probes, 2);
   // Compute-bound: rows cost in proportion; even perfect drafts gain nothing.
   DraftPlanner bound;
   for (int rows = 4; rows <= 16; rows += 4) bound.record_step(rows, 0.001 * rows);
   for (int i = 0; i < 30; ++i) bound.record_verification(1, 1);
   EXPECT_EQ(bound.plan(4, 3), 0);
+  EXPECT_EQ(bound.plan(4, 0), 0) << "no drafts allowed: no probe either";
 }
 
 TEST(SpeculativeEngineTest, MtpNeedsAnMtpHead) {

@@ -11,7 +11,7 @@ packages=(
   nlohmann-json3-dev                         # config.json, safetensors headers
   clang libclang-rt-14-dev                   # libFuzzer for the header fuzzer
   libboost-dev                               # Boost.Asio / Boost.Beast: the HTTP server
-  libjpeg62-turbo-dev libpng-dev libwebp-dev # image decoding for ERNIE-4.5-VL (Pillow's own libraries)
+  libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev  # image decoding for ERNIE-4.5-VL
   python3-pil                                # Pillow: the reference for image decoding and resizing
   python3 python3-numpy                      # the independent numpy reference in tests
   python3-jinja2                             # differential tests of our Jinja engine

@@ -1,5 +1,5 @@
 // Images as the VL preprocessor sees them: 8-bit RGB, decoded from the bytes a client
-// sent (JPEG, PNG, WebP, GIF's first frame, BMP) with the libraries Pillow itself uses
+// sent (JPEG, PNG, WebP, GIF's first frame, uncompressed BMP) with the libraries Pillow uses
 // where the format is lossy (libjpeg-turbo, libwebp), so that pixels equal Pillow's.
 // Every decode is bounded: the header's size is checked against ImageLimits before any
 // pixel buffer is made, so a decompression bomb costs nothing.

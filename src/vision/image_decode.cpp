@@ -12,11 +12,11 @@
 
 #include "util/error.h"
 #include "vision/image.h"
+#include "vision/image_decode_formats.h"
 
 namespace ernie {
-namespace {
 
-void check_size(int64_t width, int64_t height, const ImageLimits& limits, const char* format) {
+void check_image_size(int64_t width, int64_t height, const ImageLimits& limits, const char* format) {
   if (width <= 0 || height <= 0) fail("the ", format, " image is ", width, "x", height, "; both sides must be at least 1");
   if (width > limits.max_side || height > limits.max_side)
     fail("the ", format, " image is ", width, "x", height, "; no side may exceed ", limits.max_side, " pixels");
@@ -24,6 +24,8 @@ void check_size(int64_t width, int64_t height, const ImageLimits& limits, const 
     fail("the ", format, " image has ", width * height, " pixels (", width, "x", height, "); the limit is ",
          limits.max_pixels);
 }
+
+namespace {
 
 // ---- JPEG (libjpeg-turbo, as Pillow: islow DCT, fancy upsampling, RGB output).
 
@@ -97,7 +99,7 @@ Image decode_jpeg(std::span<const uint8_t> bytes, const ImageLimits& limits) {
   if (!run_jpeg(bytes.data(), bytes.size(), limits, &image, &error, &refused_width, &refused_height, &cmyk))
     fail("the JPEG image could not be decoded: ", error.message);
   if (cmyk) fail("CMYK JPEG images are not supported; send RGB or grayscale");
-  if (refused_width >= 0) check_size(refused_width, refused_height, limits, "JPEG");
+  if (refused_width >= 0) check_image_size(refused_width, refused_height, limits, "JPEG");
   return image;
 }
 
@@ -184,7 +186,7 @@ Image decode_png(std::span<const uint8_t> bytes, const ImageLimits& limits) {
   int64_t refused_width = -1, refused_height = -1;
   if (!run_png(&source, limits, &image, &rows, &error, &refused_width, &refused_height))
     fail("the PNG image could not be decoded: ", error.message);
-  if (refused_width >= 0) check_size(refused_width, refused_height, limits, "PNG");
+  if (refused_width >= 0) check_image_size(refused_width, refused_height, limits, "PNG");
   return image;
 }
 
@@ -193,7 +195,7 @@ Image decode_png(std::span<const uint8_t> bytes, const ImageLimits& limits) {
 Image decode_webp(std::span<const uint8_t> bytes, const ImageLimits& limits) {
   int width = 0, height = 0;
   if (!WebPGetInfo(bytes.data(), bytes.size(), &width, &height)) fail("the WebP image could not be read: corrupt header");
-  check_size(width, height, limits, "WebP");
+  check_image_size(width, height, limits, "WebP");
   Image image;
   image.width = width;
   image.height = height;
@@ -215,9 +217,9 @@ Image decode_image(std::span<const uint8_t> bytes, const ImageLimits& limits) {
   if (starts_with(bytes, "\xFF\xD8\xFF")) return decode_jpeg(bytes, limits);
   if (starts_with(bytes, "\x89PNG\r\n\x1A\n")) return decode_png(bytes, limits);
   if (starts_with(bytes, "RIFF") && starts_with(bytes, "WEBP", 8)) return decode_webp(bytes, limits);
-  if (starts_with(bytes, "GIF87a") || starts_with(bytes, "GIF89a") || starts_with(bytes, "BM"))
-    fail("GIF and BMP images are not supported yet; send JPEG, PNG or WebP");
-  fail("the data is not an image this server reads (", bytes.size(), " bytes; JPEG, PNG and WebP are read)");
+  if (starts_with(bytes, "GIF87a") || starts_with(bytes, "GIF89a")) return decode_gif(bytes, limits);
+  if (starts_with(bytes, "BM")) return decode_bmp(bytes, limits);
+  fail("the data is not an image this server reads (", bytes.size(), " bytes; JPEG, PNG, WebP, GIF and BMP are read)");
 }
 
 }  // namespace ernie

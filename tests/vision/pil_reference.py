@@ -38,7 +38,9 @@ def main():
         variants = [("png", base, {}), ("jpg", base, {"quality": 90}), ("webp", base, {"lossless": True}),
                     ("webp", base, {"quality": 80}),
                     ("png", base.convert("L"), {}), ("png", base.convert("P"), {}),
-                    ("png", Image.merge("RGBA", (*base.split(), base.convert("L"))), {})]
+                    ("png", Image.merge("RGBA", (*base.split(), base.convert("L"))), {}),
+                    ("gif", base.convert("P"), {}), ("gif", base.convert("P"), {"interlace": True}),
+                    ("bmp", base, {}), ("bmp", base.convert("P"), {}), ("bmp", base.convert("RGBA"), {})]
         for number, (ext, image, options) in enumerate(variants):
             case = f"{name}{number}"
             path = os.path.join(out, f"{case}.{ext}")

@@ -80,18 +80,12 @@ double mean(const std::vector<double>& values) {
 // Speculative decoding's figures (warm-up included): the share of drafts accepted and
 // the tokens each verifying step emitted (1 without speculation).
 void report_speculation(const EngineStats& stats, nlohmann::ordered_json& result) {
-  const int64_t verifying_steps = stats.spec_capacity_tokens - stats.spec_draft_tokens;
-  const double acceptance = stats.spec_draft_tokens > 0
-                                ? static_cast<double>(stats.spec_accepted_tokens) / static_cast<double>(stats.spec_draft_tokens)
-                                : 0.0;
-  const double per_step = verifying_steps > 0
-                              ? static_cast<double>(stats.spec_emitted_tokens) / static_cast<double>(verifying_steps)
-                              : 0.0;
   result["draft_tokens"] = stats.spec_draft_tokens;
-  result["draft_acceptance"] = acceptance;
-  result["tokens_per_verifying_step"] = per_step;
+  result["draft_acceptance"] = stats.spec_acceptance();
+  result["tokens_per_verifying_step"] = stats.spec_tokens_per_verifying_step();
   std::printf("  speculation: %lld drafts, %.1f%% accepted, %.2f tokens per verifying step\n",
-              static_cast<long long>(stats.spec_draft_tokens), acceptance * 100.0, per_step);
+              static_cast<long long>(stats.spec_draft_tokens), stats.spec_acceptance() * 100.0,
+              stats.spec_tokens_per_verifying_step());
 }
 
 }  // namespace

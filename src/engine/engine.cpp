@@ -181,10 +181,12 @@ std::vector<RequestOutput> Engine::step() {
   if (plan.chunks.empty()) return outputs;
   ++counters_.steps;
   const auto started = std::chrono::steady_clock::now();
-  bool decode_only = true;  // what the draft planner measures
+  // What the draft planner measures, read before any request of the step finishes.
+  bool decode_only = config_.speculative.enabled();
   int rows = 0;
   for (const ScheduledChunk& chunk : plan.chunks) {
-    decode_only = decode_only && chunk.start >= chunk.request->prompt_length;
+    if (!decode_only) break;
+    decode_only = chunk.start >= chunk.request->prompt_length;
     rows += static_cast<int>(chunk.num_tokens);
   }
 
@@ -381,9 +383,14 @@ void Engine::propose_drafts(std::vector<StepChunk>& chunks) {
     const auto wanted = static_cast<size_t>(chunk.draft_budget);
     if (request.drafts.size() >= wanted) continue;
     // n-gram drafts: the whole proposal, or (mtp_strategy with_ngram) the rest after the
-    // MTP's, matched on the context extended by them.
-    std::vector<int32_t> context = request.tokens;
-    context.insert(context.end(), request.drafts.begin(), request.drafts.end());
+    // MTP's, matched on the context extended by them (copied only then).
+    std::span<const int32_t> context = request.tokens;
+    std::vector<int32_t> extended;
+    if (!request.drafts.empty()) {
+      extended = request.tokens;
+      extended.insert(extended.end(), request.drafts.begin(), request.drafts.end());
+      context = extended;
+    }
     const std::vector<int32_t> more = propose_ngram_drafts(context, static_cast<int>(wanted - request.drafts.size()),
                                                            spec.min_ngram_size, spec.max_ngram_size);
     request.drafts.insert(request.drafts.end(), more.begin(), more.end());

@@ -57,6 +57,17 @@ struct EngineStats {
   int64_t spec_capacity_tokens = 0;
   std::array<int64_t, kMaxSpeculativeTokens> spec_drafted_at{};
   std::array<int64_t, kMaxSpeculativeTokens> spec_accepted_at{};
+
+  // Derived speculative figures (0 before any draft): the accepted share of drafts, the
+  // emitted share of what verifying steps could emit, and tokens per verifying step.
+  double spec_acceptance() const { return ratio(spec_accepted_tokens, spec_draft_tokens); }
+  double spec_efficiency() const { return ratio(spec_emitted_tokens, spec_capacity_tokens); }
+  double spec_tokens_per_verifying_step() const {
+    return ratio(spec_emitted_tokens, spec_capacity_tokens - spec_draft_tokens);
+  }
+  static double ratio(int64_t part, int64_t whole) {
+    return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+  }
 };
 
 class Engine {

@@ -13,8 +13,6 @@ std::string number(double value) {
   return std::string(text, result.ptr);
 }
 
-double share(int64_t part, int64_t whole) { return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0; }
-
 void gauge(const std::string& name, const std::string& help, double value, std::string& out) {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + number(value) + "\n";
 }
@@ -28,9 +26,9 @@ void counter(const std::string& name, const std::string& help, double value, std
 void render_speculative(const EngineStats& engine, std::string& out) {
   const std::string p = "fastdeploy:spec_decode_";
   gauge(p + "draft_acceptance_rate", "Accepted share of the speculative drafts verified",
-        share(engine.spec_accepted_tokens, engine.spec_draft_tokens), out);
+        engine.spec_acceptance(), out);
   gauge(p + "efficiency", "Tokens emitted by verifying steps over the most they could emit (1 + drafts each)",
-        share(engine.spec_emitted_tokens, engine.spec_capacity_tokens), out);
+        engine.spec_efficiency(), out);
   counter(p + "num_draft_tokens_total", "Speculative draft tokens verified", static_cast<double>(engine.spec_draft_tokens), out);
   counter(p + "num_accepted_tokens_total", "Speculative draft tokens accepted",
           static_cast<double>(engine.spec_accepted_tokens), out);
@@ -40,7 +38,7 @@ void render_speculative(const EngineStats& engine, std::string& out) {
   out += "# HELP " + name + " Accepted share of the drafts at each draft position\n# TYPE " + name + " gauge\n";
   for (size_t head = 0; head < engine.spec_drafted_at.size(); ++head)
     out += name + "{head=\"" + std::to_string(head) + "\"} " +
-           number(share(engine.spec_accepted_at[head], engine.spec_drafted_at[head])) + "\n";
+           number(EngineStats::ratio(engine.spec_accepted_at[head], engine.spec_drafted_at[head])) + "\n";
 }
 
 // FastDeploy's 1-2-5 token buckets up to 33792.

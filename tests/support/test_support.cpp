@@ -86,6 +86,11 @@ std::vector<float> read_f32_file(const std::string& path) {
   return values;
 }
 
+std::vector<uint8_t> read_bytes_file(const std::string& path) {
+  const std::string bytes = read_file(path);
+  return {bytes.begin(), bytes.end()};
+}
+
 std::string make_checkpoint(const TempDir& parent, const std::string& name, const SyntheticModelSpec& spec,
                             CheckpointLayout layout, int shards) {
   const std::string dir = parent.file(name);

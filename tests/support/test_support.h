@@ -52,6 +52,7 @@ std::string read_file(const std::string& path);
 std::string error_message(const std::function<void()>& action);
 void write_file(const std::string& path, const std::string& contents);
 std::vector<float> read_f32_file(const std::string& path);
+std::vector<uint8_t> read_bytes_file(const std::string& path);
 
 // Writes a synthetic checkpoint (weights only) into a new subdirectory of `parent`.
 std::string make_checkpoint(const TempDir& parent, const std::string& name, const SyntheticModelSpec& spec,

@@ -18,11 +18,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
-}
-
 size_t differing_bytes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   if (a.size() != b.size()) return std::max(a.size(), b.size());
   size_t count = 0;
@@ -44,14 +39,14 @@ TEST(ImageTest, DecodingAndBicubicResizeEqualPillow) {
     int width = 0, height = 0;
     fields >> name >> ext >> width >> height;
     SCOPED_TRACE(name + "." + ext);
-    const Image image = decode_image(read_bytes(temp.file(name + "." + ext)));
+    const Image image = decode_image(testing::read_bytes_file(temp.file(name + "." + ext)));
     ASSERT_EQ(image.width, width);
     ASSERT_EQ(image.height, height);
-    EXPECT_EQ(differing_bytes(image.rgb, read_bytes(temp.file(name + ".rgb"))), 0u) << "decoded pixels";
+    EXPECT_EQ(differing_bytes(image.rgb, testing::read_bytes_file(temp.file(name + ".rgb"))), 0u) << "decoded pixels";
     for (std::string size; fields >> size;) {
       const int w = std::stoi(size.substr(0, size.find('x'))), h = std::stoi(size.substr(size.find('x') + 1));
       const Image resized = resize_bicubic(image, w, h);
-      EXPECT_EQ(differing_bytes(resized.rgb, read_bytes(temp.file(name + "." + size + ".rgb"))), 0u) << "resize to " << size;
+      EXPECT_EQ(differing_bytes(resized.rgb, testing::read_bytes_file(temp.file(name + "." + size + ".rgb"))), 0u) << "resize to " << size;
       ++checked;
     }
   }
@@ -70,34 +65,34 @@ TEST(ImageTest, HostileFilesAreRefusedWithAReason) {
   EXPECT_THAT(error({'h', 'e', 'l', 'l', 'o'}), HasSubstr("not an image"));
   EXPECT_THAT(error({}), HasSubstr("not an image"));
   for (const char* ext : {"png", "jpg"}) {
-    std::vector<uint8_t> bytes = read_bytes(temp.file(std::string(ext) == "png" ? "wide0.png" : "wide1.jpg"));
+    std::vector<uint8_t> bytes = testing::read_bytes_file(temp.file(std::string(ext) == "png" ? "wide0.png" : "wide1.jpg"));
     bytes.resize(bytes.size() / 2);
     EXPECT_THAT(error(bytes), HasSubstr("could not be decoded")) << ext << " truncated";
   }
   for (const char* file : {"wide7.gif", "wide9.bmp"}) {
-    std::vector<uint8_t> bytes = read_bytes(temp.file(file));
+    std::vector<uint8_t> bytes = testing::read_bytes_file(temp.file(file));
     bytes.resize(bytes.size() / 2);
     EXPECT_THAT(error(bytes), ::testing::AnyOf(HasSubstr("truncated"), HasSubstr("could not be decoded"))) << file;
   }
-  const std::vector<uint8_t> webp = read_bytes(temp.file("wide2.webp"));
+  const std::vector<uint8_t> webp = testing::read_bytes_file(temp.file("wide2.webp"));
   EXPECT_THAT(error(std::vector<uint8_t>(webp.begin(), webp.begin() + static_cast<long>(webp.size() / 2))),
               HasSubstr("WebP"));
   // Sizes are judged from the header, before any pixel buffer exists.
   ImageLimits small;
   small.max_pixels = 1000;
   for (const char* file : {"wide0.png", "wide1.jpg", "wide2.webp", "wide7.gif", "wide9.bmp"})
-    EXPECT_THAT(error(read_bytes(temp.file(file)), small), HasSubstr("the limit is 1000")) << file;
+    EXPECT_THAT(error(testing::read_bytes_file(temp.file(file)), small), HasSubstr("the limit is 1000")) << file;
   small.max_side = 50;
   small.max_pixels = 1 << 20;
-  EXPECT_THAT(error(read_bytes(temp.file("wide0.png")), small), HasSubstr("no side may exceed 50"));
+  EXPECT_THAT(error(testing::read_bytes_file(temp.file("wide0.png")), small), HasSubstr("no side may exceed 50"));
   // A PNG header that claims 100000 x 100000 pixels.
-  std::vector<uint8_t> bomb = read_bytes(temp.file("wide0.png"));
+  std::vector<uint8_t> bomb = testing::read_bytes_file(temp.file("wide0.png"));
   const uint8_t huge[8] = {0x00, 0x01, 0x86, 0xA0, 0x00, 0x01, 0x86, 0xA0};
   std::copy(std::begin(huge), std::end(huge), bomb.begin() + 16);
   EXPECT_THAT(error(bomb), ::testing::AnyOf(HasSubstr("pixels"), HasSubstr("could not be decoded")));
   ImageLimits tiny_file;
   tiny_file.max_bytes = 10;
-  EXPECT_THAT(error(read_bytes(temp.file("wide0.png")), tiny_file), HasSubstr("the limit is 10"));
+  EXPECT_THAT(error(testing::read_bytes_file(temp.file("wide0.png")), tiny_file), HasSubstr("the limit is 10"));
   EXPECT_THAT(testing::error_message([] { resize_bicubic(Image{2, 2, std::vector<uint8_t>(12)}, 0, 3); }),
               HasSubstr("0x3"));
 }

@@ -14,11 +14,6 @@
 namespace ernie {
 namespace {
 
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
-}
-
 TEST(VisionPreprocessTest, SizesAndPatchesEqualFastDeploys) {
   testing::TempDir temp;
   const std::string command = testing::python3() + " " + std::string(ERNIE_SOURCE_DIR) +
@@ -39,7 +34,7 @@ TEST(VisionPreprocessTest, SizesAndPatchesEqualFastDeploys) {
   for (std::string name; images >> name; ++images_checked) {
     int grid_h = 0, grid_w = 0;
     images >> grid_h >> grid_w;
-    const ImagePatches patches = preprocess_image(decode_image(read_bytes(temp.file(name + ".png"))), config);
+    const ImagePatches patches = preprocess_image(decode_image(testing::read_bytes_file(temp.file(name + ".png"))), config);
     EXPECT_EQ(patches.grid_h, grid_h) << name;
     EXPECT_EQ(patches.grid_w, grid_w) << name;
     const std::vector<float> expected = testing::read_f32_file(temp.file(name + ".patches.f32"));

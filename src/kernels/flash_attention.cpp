@@ -88,6 +88,7 @@ struct Problem {
   const float* q;
   float* out;
   int64_t q_stride, out_stride, first_position;
+  int64_t all_keys;  // > 0: every query sees keys 0 .. all_keys - 1 (bidirectional)
   int num_queries, kv_heads, kv_head, group, head_dim;
   float scale;
   KvStorage storage;
@@ -403,7 +404,7 @@ ERNIE_INLINE void load_queries(const Problem& p, int64_t r0, int rows, int t_pad
     if (r < rows) {
       const RowHead at = row_head(p, r0 + r);
       src = p.q + at.token * p.q_stride + static_cast<int64_t>(at.head) * hd;
-      p.limit[r] = static_cast<float>(p.first_position + at.token);
+      p.limit[r] = static_cast<float>(p.all_keys > 0 ? p.all_keys - 1 : p.first_position + at.token);
     } else {
       // Padding rows see what the tile's last row sees, so they stay finite; they are
       // never written out.
@@ -464,8 +465,8 @@ ERNIE_INLINE void attend_tile(const Problem& p, int64_t r0, int rows) {
   // multiple are staged zero padded, like int8 rows.
   const int hd_vec = static_cast<int>(round_up(static_cast<size_t>(hd), D::kWidth));
   const bool staged = p.storage != KvStorage::kF32 || hd_vec != hd || rows >= kStageRows;
-  const int64_t min_limit = p.first_position + r0 / p.group;
-  const int64_t max_limit = p.first_position + (r0 + rows - 1) / p.group;
+  const int64_t min_limit = p.all_keys > 0 ? p.all_keys - 1 : p.first_position + r0 / p.group;
+  const int64_t max_limit = p.all_keys > 0 ? p.all_keys - 1 : p.first_position + (r0 + rows - 1) / p.group;
 
   load_queries<C>(p, r0, rows, t_pad, max_limit);
   std::fill(p.o, p.o + static_cast<size_t>(pv_rows) * p.o_stride, 0.0f);
@@ -554,9 +555,11 @@ void reserve_attention_scratch(AttentionScratch& scratch, int head_dim) {
   if (scratch.storage.size() < needed) scratch.storage.resize(needed);
 }
 
-void causal_attention_group(const AttentionShape& shape, const void* const* key_rows, const void* const* value_rows,
-                            int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
-                            float* out, int64_t out_stride, AttentionScratch& scratch) {
+namespace {
+
+void run_attention(const AttentionShape& shape, const void* const* key_rows, const void* const* value_rows,
+                   int kv_head, const float* q, int64_t q_stride, int64_t first_position, int64_t all_keys,
+                   int num_queries, float* out, int64_t out_stride, AttentionScratch& scratch) {
   assert(shape.head_dim >= 1 && shape.kv_heads >= 1 && shape.heads % shape.kv_heads == 0);
   assert(kv_head >= 0 && kv_head < shape.kv_heads && first_position >= 0);
   if (num_queries <= 0) return;
@@ -575,6 +578,7 @@ void causal_attention_group(const AttentionShape& shape, const void* const* key_
   p.q_stride = q_stride;
   p.out_stride = out_stride;
   p.first_position = first_position;
+  p.all_keys = all_keys;
   p.num_queries = num_queries;
   p.kv_heads = shape.kv_heads;
   p.kv_head = kv_head;
@@ -584,6 +588,23 @@ void causal_attention_group(const AttentionShape& shape, const void* const* key_
   p.storage = shape.storage;
   carve_scratch(reinterpret_cast<float*>(aligned), p);
   kernel(p);
+}
+
+}  // namespace
+
+void causal_attention_group(const AttentionShape& shape, const void* const* key_rows, const void* const* value_rows,
+                            int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
+                            float* out, int64_t out_stride, AttentionScratch& scratch) {
+  run_attention(shape, key_rows, value_rows, kv_head, q, q_stride, first_position, 0, num_queries, out, out_stride,
+                scratch);
+}
+
+void bidirectional_attention_group(const AttentionShape& shape, const void* const* key_rows,
+                                   const void* const* value_rows, int kv_head, const float* q, int64_t q_stride,
+                                   int64_t num_keys, int num_queries, float* out, int64_t out_stride,
+                                   AttentionScratch& scratch) {
+  assert(num_keys >= 1);
+  run_attention(shape, key_rows, value_rows, kv_head, q, q_stride, 0, num_keys, num_queries, out, out_stride, scratch);
 }
 
 }  // namespace ernie

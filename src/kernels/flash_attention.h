@@ -62,4 +62,12 @@ void causal_attention_group(const AttentionShape& shape, const void* const* key_
                             int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
                             float* out, int64_t out_stride, AttentionScratch& scratch);
 
+// The same without the causal mask: every one of the num_queries query tokens (q rows as
+// above) sees all keys 0 .. num_keys - 1 (the vision transformer's attention within one
+// image or frame).
+void bidirectional_attention_group(const AttentionShape& shape, const void* const* key_rows,
+                                   const void* const* value_rows, int kv_head, const float* q, int64_t q_stride,
+                                   int64_t num_keys, int num_queries, float* out, int64_t out_stride,
+                                   AttentionScratch& scratch);
+
 }  // namespace ernie

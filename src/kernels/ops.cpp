@@ -35,6 +35,17 @@ void rope_rotation(float position, int head_dim, const float* inv_freq, float* c
   }
 }
 
+void rope_rotation_3d(float t, float h, float w, int head_dim, int freq_allocation, const float* inv_freq,
+                      float* cos_sin) {
+  const int spatial_pairs = head_dim / 2 - freq_allocation;
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const float position = i >= spatial_pairs ? t : i % 2 == 0 ? h : w;
+    const float angle = position * inv_freq[i];
+    cos_sin[2 * i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+    cos_sin[2 * i + 1] = static_cast<float>(std::sin(static_cast<double>(angle)));
+  }
+}
+
 void apply_rope_rotation(float* heads, int num_heads, int head_dim, const float* cos_sin) {
   const int pairs = head_dim / 2;
   for (int i = 0; i < pairs; ++i) {
@@ -46,6 +57,33 @@ void apply_rope_rotation(float* heads, int num_heads, int head_dim, const float*
       pair[1] = odd * c + even * s;
     }
   }
+}
+
+void layer_norm(const float* x, int64_t n, int64_t h, const float* weight, const float* bias, float eps, float* y) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = x + t * h;
+    double sum = 0.0;
+    for (int64_t i = 0; i < h; ++i) sum += row[i];
+    const double mean = sum / static_cast<double>(h);
+    double sum_squares = 0.0;
+    for (int64_t i = 0; i < h; ++i) sum_squares += (row[i] - mean) * (row[i] - mean);
+    const float inverse_std = static_cast<float>(1.0 / std::sqrt(sum_squares / static_cast<double>(h) + eps));
+    const auto centre = static_cast<float>(mean);
+    float* out = y + t * h;
+    for (int64_t i = 0; i < h; ++i) out[i] = (row[i] - centre) * inverse_std * weight[i] + bias[i];
+  }
+}
+
+ERNIE_CLONE_FOR_ISAS
+void quick_gelu(float* values, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float x = values[i];
+    values[i] = x / (1.0f + fast_exp(-1.702f * x));
+  }
+}
+
+void gelu_erf(float* values, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) values[i] = 0.5f * values[i] * (1.0f + std::erf(values[i] * 0.70710678118654752f));
 }
 
 ERNIE_CLONE_FOR_ISAS

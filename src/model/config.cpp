@@ -68,6 +68,7 @@ class ConfigReader {
   }
 
   const std::string& source() const { return source_; }
+  const json& root() const { return root_; }
 
  private:
   int as_int(const char* key, const json& value) const {
@@ -97,7 +98,9 @@ void require_positive(const ConfigReader& reader, const char* key, int value) {
   if (value <= 0) fail(reader.source(), ": field \"", key, "\" must be positive, got ", value);
 }
 
-MoeConfig parse_moe(const ConfigReader& reader, int num_layers) {
+// `clamp_end`: an end index past the last layer means the last layer (VL configs give
+// [29, 28] for 28 layers; the runtimes only test layer <= end).
+MoeConfig parse_moe(const ConfigReader& reader, int num_layers, bool clamp_end) {
   MoeConfig moe;
   // VL configs give [text, vision] lists; the text branch is the first entry.
   moe.num_experts = reader.int_or_list("moe_num_experts", 0, [](int first, int) { return first; });
@@ -119,7 +122,8 @@ MoeConfig parse_moe(const ConfigReader& reader, int num_layers) {
     fail(reader.source(), ": moe_k (", moe.top_k, ") exceeds moe_num_experts (", moe.num_experts, ")");
   if (moe.num_shared_experts < 0)
     fail(reader.source(), ": moe_num_shared_experts must be >= 0, got ", moe.num_shared_experts);
-  if (moe.layer_end_index == -1) moe.layer_end_index = num_layers - 1;
+  if (moe.layer_end_index == -1 || (clamp_end && moe.layer_end_index >= num_layers))
+    moe.layer_end_index = num_layers - 1;
   if (moe.layer_start_index < 0 || moe.layer_start_index >= num_layers)
     fail(reader.source(), ": moe_layer_start_index ", moe.layer_start_index, " is outside layers 0..", num_layers - 1);
   if (moe.layer_end_index < moe.layer_start_index || moe.layer_end_index >= num_layers)
@@ -133,6 +137,105 @@ MoeConfig parse_moe(const ConfigReader& reader, int num_layers) {
   return moe;
 }
 
+// Entry `index` of a [text, vision] list, or the value itself when it is a plain int.
+int modality_entry(const ConfigReader& reader, const char* key, size_t index, int fallback) {
+  const std::vector<int> values = reader.int_list_or(key, {fallback});
+  if (values.size() > 2) fail(reader.source(), ": field \"", key, "\" has ", values.size(), " entries, expected [text, vision]");
+  return values.size() == 1 ? values[0] : values[index];
+}
+
+VisionConfig parse_vision(const ConfigReader& outer) {
+  if (!outer.has("vision_config") || !outer.root().at("vision_config").is_object())
+    fail(outer.source(), ": an ERNIE-4.5-VL config needs the object \"vision_config\" (depth, hidden_size, num_heads, ...)");
+  const ConfigReader reader(outer.root().at("vision_config"), outer.source() + " vision_config");
+  VisionConfig vision;
+  vision.depth = reader.required_int("depth");
+  const int embed_dim = reader.int_or("embed_dim", 0);
+  vision.hidden_size = reader.int_or("hidden_size", embed_dim);
+  if (embed_dim != 0 && embed_dim != vision.hidden_size)
+    fail(reader.source(), ": embed_dim (", embed_dim, ") and hidden_size (", vision.hidden_size, ") must agree");
+  vision.num_heads = reader.required_int("num_heads");
+  vision.mlp_ratio = reader.int_or("mlp_ratio", 4);
+  vision.patch_size = reader.int_or("patch_size", 14);
+  vision.in_channels = reader.int_or("in_channels", 3);
+  vision.spatial_merge_size = reader.int_or("spatial_merge_size", 2);
+  for (const auto& [key, value] : std::initializer_list<std::pair<const char*, int>>{
+           {"depth", vision.depth}, {"hidden_size", vision.hidden_size}, {"num_heads", vision.num_heads},
+           {"mlp_ratio", vision.mlp_ratio}, {"patch_size", vision.patch_size}})
+    require_positive(reader, key, value);
+  if (vision.hidden_size % vision.num_heads != 0 || vision.head_dim() % 4 != 0)
+    fail(reader.source(), ": hidden_size (", vision.hidden_size, ") must split into num_heads (", vision.num_heads,
+         ") heads whose size is a multiple of 4 (the 2-D RoPE splits each half into rows and columns)");
+  if (vision.in_channels != 3) fail(reader.source(), ": in_channels must be 3 (RGB), got ", vision.in_channels);
+  if (vision.spatial_merge_size != 2)
+    fail(reader.source(), ": spatial_merge_size ", vision.spatial_merge_size, " is not supported (expected 2)");
+  const std::string act = reader.string_or("hidden_act", "quick_gelu");
+  if (act != "quick_gelu") fail(reader.source(), ": hidden_act \"", act, "\" is not supported (expected \"quick_gelu\")");
+  return vision;
+}
+
+VlConfig parse_vl(const ConfigReader& reader, const ModelConfig& config) {
+  if (reader.has("text_config"))
+    fail(reader.source(), ": the transformers-native ERNIE-VL format (text_config, model.language_model.*) is not "
+         "supported; use the -PT or -Paddle release");
+  VlConfig vl;
+  vl.vision = parse_vision(reader);
+  vl.pixel_hidden_size = reader.int_or("pixel_hidden_size", vl.vision.hidden_size);
+  if (vl.pixel_hidden_size != vl.vision.hidden_size)
+    fail(reader.source(), ": pixel_hidden_size (", vl.pixel_hidden_size, ") must equal the vision hidden_size (",
+         vl.vision.hidden_size, ")");
+  vl.spatial_conv_size = reader.int_or("spatial_conv_size", 2);
+  vl.temporal_conv_size = reader.int_or("temporal_conv_size", 2);
+  if (vl.spatial_conv_size != vl.vision.spatial_merge_size || vl.temporal_conv_size != 2)
+    fail(reader.source(), ": spatial_conv_size ", vl.spatial_conv_size, " / temporal_conv_size ", vl.temporal_conv_size,
+         " are not supported (expected 2 / 2, as every ERNIE-4.5-VL release)");
+  if (!reader.bool_or("use_temporal_conv", true))
+    fail(reader.source(), ": use_temporal_conv=false is not supported (every ERNIE-4.5-VL release uses it)");
+  if (!reader.bool_or("rope_3d", true))
+    fail(reader.source(), ": rope_3d=false is not supported (ERNIE-4.5-VL uses 3-D RoPE)");
+  vl.freq_allocation = reader.int_or("freq_allocation", 20);
+  const int pairs = config.head_dim / 2;
+  if (vl.freq_allocation < 0 || vl.freq_allocation > pairs || (pairs - vl.freq_allocation) % 2 != 0)
+    fail(reader.source(), ": freq_allocation ", vl.freq_allocation, " must lie in 0..", pairs,
+         " and leave an even number of rotary pairs for height and width");
+  vl.im_patch_id = reader.int_or("im_patch_id", vl.im_patch_id);
+  vl.image_start_token_id = reader.int_or("image_start_token_id", vl.image_start_token_id);
+  vl.image_end_token_id = reader.int_or("image_end_token_id", vl.image_end_token_id);
+  vl.video_start_token_id = reader.int_or("video_start_token_id", vl.video_start_token_id);
+  vl.video_end_token_id = reader.int_or("video_end_token_id", vl.video_end_token_id);
+  for (const auto& [key, id] : std::initializer_list<std::pair<const char*, int>>{
+           {"im_patch_id", vl.im_patch_id},
+           {"image_start_token_id", vl.image_start_token_id},
+           {"image_end_token_id", vl.image_end_token_id},
+           {"video_start_token_id", vl.video_start_token_id},
+           {"video_end_token_id", vl.video_end_token_id}})
+    if (id < 0 || id >= config.vocab_size)
+      fail(reader.source(), ": ", key, " ", id, " is outside the vocabulary 0..", config.vocab_size - 1);
+
+  // [text, vision] lists: the text entries became config.moe; the vision experts must
+  // cover the same layers (every release does), since a layer's tokens share one block.
+  vl.vision_num_experts = modality_entry(reader, "moe_num_experts", 1, 0);
+  vl.vision_intermediate_size = modality_entry(reader, "moe_intermediate_size", 1, 0);
+  require_positive(reader, "moe_num_experts (vision)", vl.vision_num_experts);
+  require_positive(reader, "moe_intermediate_size (vision)", vl.vision_intermediate_size);
+  if (vl.vision_num_experts != config.moe->num_experts)
+    fail(reader.source(), ": moe_num_experts gives ", config.moe->num_experts, " text and ", vl.vision_num_experts,
+         " vision experts; only equal counts are supported (e_score_correction_bias is [2, E])");
+  const int last = config.num_hidden_layers - 1;
+  for (const char* key : {"moe_layer_start_index", "moe_layer_end_index"}) {
+    const bool end = std::string(key) == "moe_layer_end_index";
+    int text = modality_entry(reader, key, 0, end ? -1 : 0), vision = modality_entry(reader, key, 1, end ? -1 : 0);
+    if (end) {
+      text = text < 0 ? last : std::min(text, last);
+      vision = vision < 0 ? last : std::min(vision, last);
+    }
+    if (text != vision)
+      fail(reader.source(), ": ", key, " differs between text (", text, ") and vision (", vision,
+           ") experts; only equal MoE layer ranges are supported");
+  }
+  return vl;
+}
+
 }  // namespace
 
 const char* checkpoint_layout_name(CheckpointLayout layout) {
@@ -141,7 +244,7 @@ const char* checkpoint_layout_name(CheckpointLayout layout) {
 
 const std::vector<std::string>& supported_architectures() {
   static const std::vector<std::string> names = {"Ernie4_5ForCausalLM", "Ernie4_5_ForCausalLM",
-                                                 "Ernie4_5_MoeForCausalLM"};
+                                                 "Ernie4_5_MoeForCausalLM", "Ernie4_5_VLMoeForConditionalGeneration"};
   return names;
 }
 
@@ -231,9 +334,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (reader.has("rope_scaling"))
     fail(source, ": rope_scaling ", root.at("rope_scaling").dump(), " is not supported (ERNIE 4.5 uses plain RoPE)");
 
-  const bool moe_architecture = config.architecture == "Ernie4_5_MoeForCausalLM";
+  const bool vl_architecture = config.architecture == "Ernie4_5_VLMoeForConditionalGeneration";
+  const bool moe_architecture = config.architecture == "Ernie4_5_MoeForCausalLM" || vl_architecture;
   if (moe_architecture) {
-    config.moe = parse_moe(reader, config.num_hidden_layers);
+    config.moe = parse_moe(reader, config.num_hidden_layers, vl_architecture);
+    if (vl_architecture) config.vl = parse_vl(reader, config);
   } else if (reader.has("moe_num_experts")) {
     fail(source, ": architecture ", config.architecture, " is dense but the config sets moe_num_experts");
   }

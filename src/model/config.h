@@ -29,6 +29,45 @@ struct MoeConfig {
   bool use_correction_bias = true;  // moe_use_aux_free: choose experts by p + e_score_correction_bias
 };
 
+// The DFNRope vision transformer of ERNIE-4.5-VL (config.json "vision_config";
+// docs/vl-model-notes.md §1.1, §4).
+struct VisionConfig {
+  int depth = 0;             // transformer blocks
+  int hidden_size = 0;       // embed_dim (De)
+  int num_heads = 0;
+  int mlp_ratio = 4;         // fc1 width = hidden_size * mlp_ratio
+  int patch_size = 14;
+  int in_channels = 3;
+  int spatial_merge_size = 2;
+  int head_dim() const { return hidden_size / num_heads; }
+  int patch_values() const { return in_channels * patch_size * patch_size; }
+};
+
+// What Ernie4_5_VLMoeForConditionalGeneration adds to the text decoder.
+struct VlConfig {
+  VisionConfig vision;
+  int pixel_hidden_size = 0;     // resampler input width (= vision hidden size)
+  int spatial_conv_size = 2;     // 2x2 patches merge into one token
+  int temporal_conv_size = 2;    // video frames are paired
+  int freq_allocation = 20;      // rotary pairs of the temporal axis (3-D RoPE, spec §8.4)
+  // Token ids (special tokens of the VL tokenizer).
+  int im_patch_id = 100295;      // <|IMAGE_PLACEHOLDER|>: one per visual token, images and video
+  int image_start_token_id = 101304;
+  int image_end_token_id = 101305;
+  int video_start_token_id = 101306;
+  int video_end_token_id = 101307;
+  // The vision experts (the text ones are ModelConfig::moe).
+  int vision_num_experts = 0;
+  int vision_intermediate_size = 0;
+
+  // Placeholders and the start/end markers go to the vision experts; every other token
+  // to the text experts (notes §7.1: vLLM, HF and the processors agree).
+  bool is_vision_token(int32_t id) const {
+    return id == im_patch_id || id == image_start_token_id || id == image_end_token_id ||
+           id == video_start_token_id || id == video_end_token_id;
+  }
+};
+
 struct ModelConfig {
   std::string architecture;      // architectures[0]
   std::string model_type;
@@ -51,7 +90,8 @@ struct ModelConfig {
   std::string weight_dtype;      // torch_dtype or dtype, e.g. "bfloat16"
   CheckpointLayout layout_hint = CheckpointLayout::kTorch;  // from torch_dtype vs dtype
   int num_nextn_predict_layers = 0;  // MTP layers in the checkpoint
-  std::optional<MoeConfig> moe;  // set for Ernie4_5_MoeForCausalLM
+  std::optional<MoeConfig> moe;  // set for Ernie4_5_MoeForCausalLM and the VL model
+  std::optional<VlConfig> vl;    // set for Ernie4_5_VLMoeForConditionalGeneration
 
   bool is_moe_layer(int layer) const;
   int q_width() const { return num_attention_heads * head_dim; }

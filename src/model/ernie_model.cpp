@@ -84,7 +84,17 @@ ErnieModel::ErnieModel(ModelConfig config, std::unique_ptr<Checkpoint> checkpoin
       weights_(std::move(weights)),
       pool_(pool),
       kv_storage_(kv_storage),
-      rope_inv_freq_(rope_inverse_frequencies(config_.head_dim, config_.rope_theta)) {}
+      rope_inv_freq_(rope_inverse_frequencies(config_.head_dim, config_.rope_theta)) {
+  if (config_.vl) {
+    if (!weights_.vision) fail("an ERNIE-4.5-VL model needs its vision tower weights");
+    vision_encoder_ = std::make_unique<VisionEncoder>(config_, *weights_.vision, pool_);
+  }
+}
+
+std::vector<float> ErnieModel::encode_vision(const ImagePatches& patches) {
+  if (!vision_encoder_) return LanguageModel::encode_vision(patches);
+  return vision_encoder_->encode(patches);
+}
 
 size_t ErnieModel::kv_row_bytes() const {
   return ernie::kv_row_bytes(kv_storage_, config_.num_key_value_heads, config_.head_dim);
@@ -114,6 +124,14 @@ void ErnieModel::validate(const ForwardBatch& batch) const {
   for (int32_t row : batch.logit_rows)
     if (row < 0 || row >= static_cast<int32_t>(batch.tokens.size()))
       fail("forward: logit row ", row, " is outside the batch of ", batch.tokens.size(), " tokens");
+  if (!batch.rope_positions.empty() && batch.rope_positions.size() != 3 * batch.tokens.size())
+    fail("forward: ", batch.tokens.size(), " tokens need ", 3 * batch.tokens.size(), " 3-D positions, got ",
+         batch.rope_positions.size());
+  if (!batch.input_embeddings.empty() && batch.input_embeddings.size() != batch.tokens.size())
+    fail("forward: ", batch.tokens.size(), " tokens need as many input embedding entries, got ",
+         batch.input_embeddings.size());
+  if ((!batch.rope_positions.empty() || !batch.input_embeddings.empty()) && !config_.vl)
+    fail("forward: 3-D positions and input embeddings need an ERNIE-4.5-VL model");
 }
 
 void ErnieModel::for_rows(int64_t n, FunctionRef<void(int64_t, int64_t)> body) {
@@ -172,6 +190,13 @@ void ErnieModel::begin_batch(const ForwardBatch& batch) {
   float* rotations = sized(rope_cos_sin_, n * hd);
   for_rows(n, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
+      if (!batch.rope_positions.empty()) {
+        const int32_t* thw = batch.rope_positions.data() + 3 * t;
+        const auto scaled = [&](int32_t p) { return static_cast<float>(p / config_.compression_ratio); };
+        rope_rotation_3d(scaled(thw[0]), scaled(thw[1]), scaled(thw[2]), hd, config_.vl->freq_allocation,
+                         rope_inv_freq_.data(), rotations + t * hd);
+        continue;
+      }
       const double position = static_cast<double>(slots_[static_cast<size_t>(t)].position) / config_.compression_ratio;
       rope_rotation(static_cast<float>(position), hd, rope_inv_freq_.data(), rotations + t * hd);
     }
@@ -193,6 +218,9 @@ std::vector<float>& ErnieModel::forward(const ForwardBatch& batch) {
   // x = Emb[token], no scaling.
   float* x = sized(x_, n * config_.hidden_size);
   embed(batch.tokens, x);
+  for (size_t t = 0; t < batch.input_embeddings.size(); ++t)
+    if (batch.input_embeddings[t] != nullptr)
+      std::copy_n(batch.input_embeddings[t], config_.hidden_size, x + static_cast<int64_t>(t) * config_.hidden_size);
   for (int layer_index = 0; layer_index < config_.num_hidden_layers; ++layer_index)
     decoder_layer(weights_.layers[static_cast<size_t>(layer_index)], layer_index, batch, x);
   hidden_rows_ = n;
@@ -253,7 +281,7 @@ void ErnieModel::decoder_layer(const DecoderLayerWeights& layer, int kv_layer, c
   });
   std::fill_n(block_out, n * h, 0.0f);
   if (layer.moe) {
-    moe_block(*layer.moe, n, block_out);
+    moe_block(layer, batch, block_out);
   } else {
     input_.reset(normed, n, h);
     mlp_block(*layer.mlp, input_, block_out);
@@ -353,13 +381,46 @@ void ErnieModel::mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out
   });
 }
 
-void ErnieModel::moe_block(const MoeWeights& moe, int64_t n, float* out) {
+void ErnieModel::moe_block(const DecoderLayerWeights& layer, const ForwardBatch& batch, float* out) {
+  const int64_t n = static_cast<int64_t>(batch.tokens.size()), h = config_.hidden_size;
+  if (!layer.vision_moe) {
+    routed_experts(*layer.moe, normed_.data(), n, out);
+  } else {
+    // Modality-isolated experts (notes §7.2): each token goes to its modality's router
+    // and experts only; the rows of one modality are gathered, run and scattered back.
+    for (const bool vision : {false, true}) {
+      int32_t* rows = sized(modality_rows_, n);
+      int64_t count = 0;
+      for (int64_t t = 0; t < n; ++t)
+        if (config_.vl->is_vision_token(batch.tokens[static_cast<size_t>(t)]) == vision)
+          rows[count++] = static_cast<int32_t>(t);
+      if (count == 0) continue;
+      const MoeWeights& experts = vision ? *layer.vision_moe : *layer.moe;
+      if (count == n) {
+        routed_experts(experts, normed_.data(), n, out);
+        continue;
+      }
+      float* in = sized(modality_in_, count * h);
+      float* partial = sized(modality_out_, count * h);
+      for (int64_t i = 0; i < count; ++i) std::copy_n(normed_.data() + rows[i] * h, h, in + i * h);
+      std::fill_n(partial, count * h, 0.0f);
+      routed_experts(experts, in, count, partial);
+      for (int64_t i = 0; i < count; ++i) add_scaled(out + rows[i] * h, partial + i * h, 1.0f, h);
+    }
+  }
+  if (layer.moe->shared) {
+    input_.reset(normed_.data(), n, h);
+    mlp_block(*layer.moe->shared, input_, out);
+  }
+}
+
+void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64_t n, float* out) {
   const MoeConfig& moe_config = *config_.moe;
   const int64_t h = config_.hidden_size;
   const int e = moe_config.num_experts, top_k = moe_config.top_k;
   // The router runs in fp32 on fp32 weights (spec §3 step 1).
   float* router_logits = sized(router_logits_, n * e);
-  matmul(pool_, normed_.data(), n, f32_matrix_view(moe.router.data(), e, h), router_logits);
+  matmul(pool_, input, n, f32_matrix_view(moe.router.data(), e, h), router_logits);
 
   // Route every token (spec §3 steps 2-4): select by p + bias, weigh by the unbiased p
   // renormalised over the chosen experts. Then group the (token, weight) pairs by
@@ -405,16 +466,12 @@ void ErnieModel::moe_block(const MoeWeights& moe, int64_t n, float* out) {
     if (tokens == 0) continue;
     const Routing* mine = routed + offset[expert];
     float* gathered = sized(expert_in_, tokens * h);
-    for (int64_t i = 0; i < tokens; ++i) std::copy_n(normed_.data() + mine[i].token * h, h, gathered + i * h);
+    for (int64_t i = 0; i < tokens; ++i) std::copy_n(input + mine[i].token * h, h, gathered + i * h);
     float* expert_out = sized(expert_out_, tokens * h);
     std::fill_n(expert_out, tokens * h, 0.0f);
     expert_input_.reset(gathered, tokens, h);
     mlp_block(moe.experts[static_cast<size_t>(expert)], expert_input_, expert_out);
     for (int64_t i = 0; i < tokens; ++i) add_scaled(out + mine[i].token * h, expert_out + i * h, mine[i].weight, h);
-  }
-  if (moe.shared) {
-    input_.reset(normed_.data(), n, h);
-    mlp_block(*moe.shared, input_, out);
   }
 }
 

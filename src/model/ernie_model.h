@@ -18,6 +18,7 @@
 #include "model/kv_cache.h"
 #include "model/language_model.h"
 #include "model/quantization.h"
+#include "model/vision_encoder.h"
 #include "util/thread_pool.h"
 
 namespace ernie {
@@ -74,6 +75,9 @@ class ErnieModel final : public LanguageModel {
                                   bool normalize_hidden) override;
   std::span<const float> last_hidden_states() const override;
 
+  bool has_vision() const override { return vision_encoder_ != nullptr; }
+  std::vector<float> encode_vision(const ImagePatches& patches) override;
+
  private:
   // Where a batch row's token sits: its sequence chunk and position.
   struct TokenSlot {
@@ -109,7 +113,11 @@ class ErnieModel final : public LanguageModel {
   void attention_block(const DecoderLayerWeights& layer, int layer_index, const ForwardBatch& batch, float* out);
   // out[n, H] += MLP(input); `input` holds n rows of H.
   void mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out);
-  void moe_block(const MoeWeights& moe, int64_t n, float* out);
+  // out[n, H] += the routed experts of `moe` for the n rows of `input` (shared experts
+  // excluded).
+  void routed_experts(const MoeWeights& moe, const float* input, int64_t n, float* out);
+  // The MoE part of a decoder layer: routed experts (per modality for VL) and shared ones.
+  void moe_block(const DecoderLayerWeights& layer, const ForwardBatch& batch, float* out);
 
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;  // keeps zero-copy weights mapped
@@ -118,6 +126,7 @@ class ErnieModel final : public LanguageModel {
   ThreadPool& pool_;
   KvStorage kv_storage_;
   std::vector<float> rope_inv_freq_;
+  std::unique_ptr<VisionEncoder> vision_encoder_;  // ERNIE-4.5-VL
   LoadReport load_report_;
   std::thread::id threads_prepared_for_;  // the caller whose pool threads have sized buffers
 
@@ -130,6 +139,8 @@ class ErnieModel final : public LanguageModel {
   std::vector<float> router_logits_, expert_in_, expert_out_, probs_, scores_, chosen_weight_;
   std::vector<int32_t> order_, chosen_expert_, expert_count_, expert_offset_;
   std::vector<Routing> routed_;  // [E][tokens routed to it], grouped by expert
+  std::vector<int32_t> modality_rows_;         // VL: batch rows of one modality
+  std::vector<float> modality_in_, modality_out_;
   MatmulInput input_, expert_input_;
   std::vector<TokenSlot> slots_;
   std::vector<AttentionItem> attention_items_;

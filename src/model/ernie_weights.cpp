@@ -2,177 +2,55 @@
 
 #include <cstring>
 
+#include "model/weight_reader.h"
 #include "util/error.h"
 #include "util/log.h"
 
 namespace ernie {
 namespace {
 
-using Shape = std::vector<int64_t>;
-
-void expect_shape(const TensorView& tensor, const Shape& expected) {
-  if (tensor.shape() != expected)
-    fail("tensor \"", tensor.name(), "\" has shape ", shape_to_string(tensor.shape()), ", expected ",
-         shape_to_string(expected));
+// The correction-bias row of one modality: [1, E] in text models; VL keeps [2, E]
+// (row 0 text, row 1 vision), which FastDeploy also accepts flattened as [1, 2E].
+std::vector<float> read_correction_bias(WeightReader& reader, const std::string& name, int64_t e, int row,
+                                        int rows_expected) {
+  const TensorView bias = reader.checkpoint().take(reader.prefix() + name);
+  const std::vector<int64_t>& shape = bias.shape();
+  const bool fits = shape.size() == 2 && ((shape[0] == rows_expected && shape[1] == e) ||
+                                          (shape[0] == 1 && shape[1] == e * rows_expected));
+  if (!fits)
+    fail("tensor \"", bias.name(), "\" has shape ", shape_to_string(shape), ", expected [", rows_expected, ", ", e, "]");
+  const std::vector<float> all = to_f32(bias);
+  return {all.begin() + row * e, all.begin() + (row + 1) * e};
 }
 
-std::vector<float> to_f32(const TensorView& tensor) {
-  std::vector<float> values(static_cast<size_t>(tensor.info->num_elements()));
-  convert_to_f32(tensor.dtype(), tensor.data, values.data(), values.size());
-  return values;
-}
-
-WeightMatrix view_matrix(const TensorView& tensor) {
-  WeightMatrix matrix;
-  matrix.dtype = tensor.dtype();
-  matrix.rows = tensor.shape()[0];
-  matrix.cols = tensor.shape()[1];
-  matrix.data = tensor.data;
-  return matrix;
-}
-
-// From an [in, out] tensor, the columns [first, first + count) as an owned [count, in]
-// matrix with the element bits unchanged.
-WeightMatrix transposed_columns(const TensorView& tensor, int64_t first, int64_t count) {
-  const int64_t in = tensor.shape()[0];
-  const int64_t out = tensor.shape()[1];
-  const size_t element = dtype_size(tensor.dtype());
-  auto bytes = std::shared_ptr<uint8_t[]>(new uint8_t[static_cast<size_t>(count * in) * element]);
-  for (int64_t o = 0; o < count; ++o) {
-    for (int64_t i = 0; i < in; ++i) {
-      std::memcpy(bytes.get() + (o * in + i) * element, tensor.data + (i * out + first + o) * element, element);
-    }
-  }
-  WeightMatrix matrix;
-  matrix.dtype = tensor.dtype();
-  matrix.rows = count;
-  matrix.cols = in;
-  matrix.data = bytes.get();
-  matrix.storage = std::shared_ptr<const void>(bytes, bytes.get());
-  return matrix;
-}
-
-// Reads the checkpoint in the layout found, naming tensors with the right prefix and
-// re-laying-out Paddle's [in, out] and fused tensors.
-class WeightReader {
- public:
-  WeightReader(Checkpoint& checkpoint, CheckpointLayout layout)
-      : checkpoint_(checkpoint), layout_(layout), prefix_(layout == CheckpointLayout::kPaddle ? "ernie." : "model.") {}
-
-  const std::string& prefix() const { return prefix_; }
-  bool has(const std::string& name) const { return checkpoint_.contains(prefix_ + name); }
-
-  std::vector<float> vector(const std::string& name, int64_t size) {
-    const TensorView tensor = checkpoint_.take(prefix_ + name, {size});
-    expect_shape(tensor, {size});
-    return to_f32(tensor);
-  }
-
-  // A Linear with `out` outputs and `in` inputs.
-  WeightMatrix linear(const std::string& name, int64_t out, int64_t in) {
-    return fused_linear(name, {out}, in).front();
-  }
-
-  // A Linear whose outputs are the concatenation of parts (q|k|v, gate|up): torch gives
-  // [Σout, in] row blocks (zero-copy slices), Paddle [in, Σout] column blocks.
-  std::vector<WeightMatrix> fused_linear(const std::string& name, const std::vector<int64_t>& outs, int64_t in) {
-    int64_t total = 0;
-    for (int64_t out : outs) total += out;
-    const Shape expected = layout_ == CheckpointLayout::kPaddle ? Shape{in, total} : Shape{total, in};
-    const TensorView tensor = checkpoint_.take(prefix_ + name, expected);
-    expect_shape(tensor, expected);
-    std::vector<WeightMatrix> parts;
-    int64_t first = 0;
-    const WeightMatrix whole = layout_ == CheckpointLayout::kTorch ? view_matrix(tensor) : WeightMatrix{};
-    for (int64_t out : outs) {
-      parts.push_back(layout_ == CheckpointLayout::kTorch ? whole.row_slice(first, out)
-                                                           : transposed_columns(tensor, first, out));
-      first += out;
-    }
-    return parts;
-  }
-
-  // Router weight [E, H] in fp32. Paddle (and VL-PT raw parameters) store [H, E].
-  std::vector<float> router(const std::string& name, int64_t experts, int64_t hidden) {
-    const TensorView tensor = checkpoint_.take(prefix_ + name, {experts, hidden});
-    const bool stored_in_out = tensor.shape() == Shape{hidden, experts} &&
-                               (layout_ == CheckpointLayout::kPaddle || experts != hidden);
-    if (stored_in_out) {
-      const std::vector<float> in_out = to_f32(tensor);
-      std::vector<float> out_in(in_out.size());
-      for (int64_t h = 0; h < hidden; ++h)
-        for (int64_t e = 0; e < experts; ++e) out_in[e * hidden + h] = in_out[h * experts + e];
-      return out_in;
-    }
-    expect_shape(tensor, {experts, hidden});
-    return to_f32(tensor);
-  }
-
-  // The separate torch names, or the fused name (torch or Paddle orientation).
-  AttentionWeights attention(const std::string& base, const ModelConfig& config) {
-    const int64_t h = config.hidden_size, q = config.q_width(), kv = config.kv_width();
-    AttentionWeights attention;
-    if (layout_ == CheckpointLayout::kTorch && !has(base + "qkv_proj.weight")) {
-      attention.q = linear(base + "q_proj.weight", q, h);
-      attention.k = linear(base + "k_proj.weight", kv, h);
-      attention.v = linear(base + "v_proj.weight", kv, h);
-    } else {
-      auto parts = fused_linear(base + "qkv_proj.weight", {q, kv, kv}, h);
-      attention.q = parts[0];
-      attention.k = parts[1];
-      attention.v = parts[2];
-    }
-    attention.o = linear(base + "o_proj.weight", h, q);
-    return attention;
-  }
-
-  MlpWeights mlp(const std::string& base, int64_t hidden, int64_t inner) {
-    MlpWeights mlp;
-    if (layout_ == CheckpointLayout::kTorch && !has(base + "up_gate_proj.weight")) {
-      mlp.gate = linear(base + "gate_proj.weight", inner, hidden);
-      mlp.up = linear(base + "up_proj.weight", inner, hidden);
-    } else {
-      auto parts = fused_linear(base + "up_gate_proj.weight", {inner, inner}, hidden);  // gate first
-      mlp.gate = parts[0];
-      mlp.up = parts[1];
-    }
-    mlp.down = linear(base + "down_proj.weight", hidden, inner);
-    return mlp;
-  }
-
-  Checkpoint& checkpoint() { return checkpoint_; }
-  CheckpointLayout layout() const { return layout_; }
-
- private:
-  Checkpoint& checkpoint_;
-  CheckpointLayout layout_;
-  std::string prefix_;
-};
-
-MoeWeights read_moe(WeightReader& reader, const std::string& base, const ModelConfig& config) {
+// The routed experts of one modality: router `router_name`, bias row `bias_row`,
+// experts first_expert .. first_expert + E - 1 of inner size `inner`.
+MoeWeights read_routed_experts(WeightReader& reader, const std::string& base, const ModelConfig& config,
+                               const std::string& router_name, int bias_row, int first_expert, int64_t inner) {
   const MoeConfig& moe_config = *config.moe;
   const int64_t h = config.hidden_size, e = moe_config.num_experts;
+  const int bias_rows = config.vl ? 2 : 1;
   MoeWeights moe;
-  moe.router = reader.router(base + "gate.weight", e, h);
+  moe.router = reader.router(base + router_name, e, h);
   const std::string bias_name = base + "moe_statics.e_score_correction_bias";
   if (reader.has(bias_name)) {
-    const TensorView bias = reader.checkpoint().take(reader.prefix() + bias_name);
-    // [1, E] for text models; VL keeps one row per modality and the text row is row 0.
-    if (bias.shape().size() != 2 || bias.shape()[1] != e || bias.shape()[0] < 1)
-      fail("tensor \"", bias.name(), "\" has shape ", shape_to_string(bias.shape()), ", expected [1, ", e, "]");
-    std::vector<float> all = to_f32(bias);
-    moe.correction_bias.assign(all.begin(), all.begin() + e);
+    moe.correction_bias = read_correction_bias(reader, bias_name, e, bias_row, bias_rows);
   } else {
     if (moe_config.use_correction_bias)
-      fail("checkpoint is missing tensor \"", reader.prefix() + bias_name, "\" (expected shape [1, ", e,
+      fail("checkpoint is missing tensor \"", reader.prefix() + bias_name, "\" (expected shape [", bias_rows, ", ", e,
            "]; config has moe_use_aux_free=true)");
     moe.correction_bias.assign(static_cast<size_t>(e), 0.0f);
   }
   for (int64_t expert = 0; expert < e; ++expert)
-    moe.experts.push_back(
-        reader.mlp(base + "experts." + std::to_string(expert) + ".", h, moe_config.intermediate_size));
+    moe.experts.push_back(reader.mlp(base + "experts." + std::to_string(first_expert + expert) + ".", h, inner));
+  return moe;
+}
+
+MoeWeights read_moe(WeightReader& reader, const std::string& base, const ModelConfig& config) {
+  const MoeConfig& moe_config = *config.moe;
+  MoeWeights moe = read_routed_experts(reader, base, config, "gate.weight", 0, 0, moe_config.intermediate_size);
   if (moe_config.num_shared_experts > 0)
-    moe.shared = reader.mlp(base + "shared_experts.", h,
+    moe.shared = reader.mlp(base + "shared_experts.", config.hidden_size,
                             static_cast<int64_t>(moe_config.intermediate_size) * moe_config.num_shared_experts);
   return moe;
 }
@@ -186,6 +64,9 @@ DecoderLayerWeights read_layer(WeightReader& reader, const std::string& base, co
   layer.attention = reader.attention(base + "self_attn.", config);
   if (moe_layer) {
     layer.moe = read_moe(reader, base + "mlp.", config);
+    if (config.vl)
+      layer.vision_moe = read_routed_experts(reader, base + "mlp.", config, "gate.weight_1", 1,
+                                             config.moe->num_experts, config.vl->vision_intermediate_size);
   } else {
     layer.mlp = reader.mlp(base + "mlp.", h, config.intermediate_size);
   }
@@ -225,6 +106,40 @@ WeightMatrix read_lm_head(WeightReader& reader, Checkpoint& checkpoint, const Mo
   if (in_out) return transposed_columns(*head, 0, v);
   expect_shape(*head, {v, h});
   return view_matrix(*head);
+}
+
+// The ViT sits under "vision_model." in both layouts; the resampler under the text
+// decoder's prefix (notes §2).
+VisionTowerWeights read_vision_tower(Checkpoint& checkpoint, CheckpointLayout layout, const ModelConfig& config) {
+  const VisionConfig& vision = config.vl->vision;
+  const int64_t de = vision.hidden_size, wide = de * vision.mlp_ratio, h = config.hidden_size;
+  VisionTowerWeights tower;
+  WeightReader vit(checkpoint, layout, "vision_model.");
+  tower.patch_embed = vit.linear("patch_embed.proj.weight", de, vision.patch_values());
+  for (int block = 0; block < vision.depth; ++block) {
+    const std::string base = "blocks." + std::to_string(block) + ".";
+    VisionBlockWeights weights;
+    weights.norm1 = vit.layer_norm(base + "norm1", de);
+    weights.norm2 = vit.layer_norm(base + "norm2", de);
+    weights.qkv = vit.biased_linear(base + "attn.qkv", 3 * de, de);
+    weights.proj = vit.biased_linear(base + "attn.proj", de, de);
+    weights.fc1 = vit.biased_linear(base + "mlp.fc1", wide, de);
+    weights.fc2 = vit.biased_linear(base + "mlp.fc2", de, wide);
+    tower.blocks.push_back(std::move(weights));
+  }
+  tower.final_norm = vit.layer_norm("ln", de);
+
+  WeightReader resampler(checkpoint, layout, WeightReader(checkpoint, layout).prefix() + "resampler_model.");
+  const int64_t spatial = de * 4, temporal = spatial * 2;
+  tower.spatial1 = resampler.biased_linear("spatial_linear.0", spatial, spatial);
+  tower.spatial2 = resampler.biased_linear("spatial_linear.2", spatial, spatial);
+  tower.spatial_norm = resampler.layer_norm("spatial_linear.3", spatial);
+  tower.temporal1 = resampler.biased_linear("temporal_linear.0", spatial, temporal);
+  tower.temporal2 = resampler.biased_linear("temporal_linear.2", spatial, spatial);
+  tower.temporal_norm = resampler.layer_norm("temporal_linear.3", spatial);
+  tower.projection = resampler.biased_linear("mlp", h, spatial);
+  tower.after_norm = resampler.vector("after_norm.weight", h);
+  return tower;
 }
 
 std::vector<MtpWeights> read_mtp(WeightReader& reader, const ModelConfig& config) {
@@ -273,6 +188,7 @@ ErnieWeights load_ernie_weights(Checkpoint& checkpoint, const ModelConfig& confi
   weights.lm_head = read_lm_head(reader, checkpoint, config, weights.embedding);
 
   weights.mtp = read_mtp(reader, config);
+  if (config.vl) weights.vision = read_vision_tower(checkpoint, weights.layout, config);
   if (config.num_nextn_predict_layers > 0 && weights.mtp.empty())
     log_info("config.json declares ", config.num_nextn_predict_layers,
              " MTP layer(s) but the checkpoint has none; speculative decoding with MTP will be unavailable");

@@ -34,7 +34,42 @@ struct DecoderLayerWeights {
   std::vector<float> post_attention_norm;  // [H]
   AttentionWeights attention;
   std::optional<MlpWeights> mlp;  // dense layers
-  std::optional<MoeWeights> moe;  // MoE layers
+  std::optional<MoeWeights> moe;  // MoE layers (the text experts and the shared ones of VL)
+  // ERNIE-4.5-VL: the experts of vision tokens, with their own router and bias row
+  // (no shared experts: those of `moe` serve every token).
+  std::optional<MoeWeights> vision_moe;
+};
+
+// The vision tower's layers carry biases, unlike the text decoder's.
+struct BiasedLinear {
+  WeightMatrix weight;      // [out, in]
+  std::vector<float> bias;  // [out] fp32
+};
+struct LayerNormWeights {
+  std::vector<float> weight, bias;  // fp32
+};
+
+// One pre-LN block of the DFNRope vision transformer (docs/vl-model-notes.md §4).
+struct VisionBlockWeights {
+  LayerNormWeights norm1, norm2;
+  BiasedLinear qkv;   // [3·De, De], outputs q | k | v, each head-major
+  BiasedLinear proj;  // [De, De]
+  BiasedLinear fc1, fc2;
+};
+
+// Vision encoder and resampler of ERNIE-4.5-VL (notes §4, §5).
+struct VisionTowerWeights {
+  WeightMatrix patch_embed;  // [De, 3·14·14], no bias
+  std::vector<VisionBlockWeights> blocks;
+  LayerNormWeights final_norm;
+  // Resampler: 2x2 patches (4·De) -> spatial MLP -> frame pairs (8·De) -> temporal MLP
+  // -> projection to the text hidden size -> RMSNorm.
+  BiasedLinear spatial1, spatial2;
+  LayerNormWeights spatial_norm;
+  BiasedLinear temporal1, temporal2;
+  LayerNormWeights temporal_norm;
+  BiasedLinear projection;       // [H, 4·De]
+  std::vector<float> after_norm;  // [H]
 };
 
 // Multi-token prediction head (spec §4), used by speculative decoding.
@@ -52,6 +87,7 @@ struct ErnieWeights {
   std::vector<float> final_norm;  // [H]
   WeightMatrix lm_head;           // [V, H]; the embedding itself when tied
   std::vector<MtpWeights> mtp;
+  std::optional<VisionTowerWeights> vision;  // ERNIE-4.5-VL
 };
 
 // Reads every tensor the config calls for, checking names and shapes; refuses a

@@ -11,6 +11,7 @@
 
 #include "model/config.h"
 #include "model/kv_cache.h"
+#include "vision/preprocess.h"
 
 namespace ernie {
 
@@ -28,6 +29,12 @@ struct ForwardBatch {
   std::vector<int32_t> tokens;
   std::vector<SequenceChunk> sequences;  // cover `tokens` in order
   std::vector<int32_t> logit_rows;       // batch rows whose next-token logits are wanted
+  // ERNIE-4.5-VL only; both empty for text. rope_positions: (t, h, w) per token, 3 values
+  // each, the 3-D RoPE position (a text token's is (p, p, p), with p behind the cache
+  // position once an image's tokens have shared positions). input_embeddings: per token,
+  // hidden_size values that replace the token's embedding (an image's features), or null.
+  std::vector<int32_t> rope_positions;
+  std::vector<const float*> input_embeddings;
 };
 
 class LanguageModel {
@@ -57,6 +64,11 @@ class LanguageModel {
   // the final norm: the main model's h_t, or the MTP head's output (fed back to draft
   // again). Valid until the next call.
   virtual std::span<const float> last_hidden_states() const { return {}; }
+
+  // ERNIE-4.5-VL: the features [tokens, hidden_size] of one image or video, which the
+  // placeholder tokens of its block take as their input embeddings.
+  virtual bool has_vision() const { return false; }
+  virtual std::vector<float> encode_vision(const ImagePatches& patches);
 };
 
 }  // namespace ernie

@@ -125,6 +125,8 @@ void for_each_linear(Weights& weights, Visit visit) {
       for (auto& expert : layer.moe->experts) visit_mlp(expert, LinearRole::kExpert);
       if (layer.moe->shared) visit_mlp(*layer.moe->shared, LinearRole::kDense);
     }
+    if (layer.vision_moe)
+      for (auto& expert : layer.vision_moe->experts) visit_mlp(expert, LinearRole::kExpert);
   };
   for (auto& layer : weights.layers) visit_layer(layer);
   for (auto& mtp : weights.mtp) {
@@ -181,6 +183,18 @@ uint64_t resident_weight_bytes(const ErnieWeights& weights) {
   for_each_linear(weights, [&](const WeightMatrix& matrix, LinearRole) {
     if (matrix.data != weights.embedding.data) total += weight_bytes(matrix);
   });
+  // The vision tower stays in the checkpoint's dtype (FastDeploy quantizes only the
+  // text decoder).
+  if (weights.vision) {
+    const VisionTowerWeights& tower = *weights.vision;
+    total += weight_bytes(tower.patch_embed);
+    for (const VisionBlockWeights& block : tower.blocks)
+      for (const BiasedLinear* linear : {&block.qkv, &block.proj, &block.fc1, &block.fc2})
+        total += weight_bytes(linear->weight);
+    for (const BiasedLinear* linear :
+         {&tower.spatial1, &tower.spatial2, &tower.temporal1, &tower.temporal2, &tower.projection})
+      total += weight_bytes(linear->weight);
+  }
   return total;
 }
 

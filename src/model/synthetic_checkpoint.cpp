@@ -51,6 +51,7 @@ class Generator {
     return normal(key, {out, in}, 0.0, spec_.weight_std, DType::kBF16);
   }
   Values norm(const std::string& key, int64_t size) { return normal(key, {size}, 1.0, spec_.norm_std, DType::kBF16); }
+  Values bias(const std::string& key, int64_t size) { return normal(key, {size}, 0.0, spec_.bias_std, DType::kBF16); }
 
  private:
   const SyntheticModelSpec& spec_;
@@ -136,14 +137,60 @@ class CheckpointBuilder {
       return;
     }
     const int64_t e = spec_.num_experts;
+    const bool vl = spec_.vision_depth > 0;
     const Values router = generator_.normal(base + "router", {e, h}, 0.0, spec_.weight_std, DType::kF32);
-    add_linear(prefix_ + base + "mlp.gate.weight", router);
+    // VL stores both routers [H, E] in either layout (docs/vl-model-notes.md §2).
+    if (vl) {
+      add(prefix_ + base + "mlp.gate.weight", transposed(router));
+      add(prefix_ + base + "mlp.gate.weight_1",
+          transposed(generator_.normal(base + "vision_router", {e, h}, 0.0, spec_.weight_std, DType::kF32)));
+    } else {
+      add_linear(prefix_ + base + "mlp.gate.weight", router);
+    }
     add(prefix_ + base + "mlp.moe_statics.e_score_correction_bias",
-        generator_.normal(base + "bias", {1, e}, 0.0, spec_.bias_std, DType::kF32));
+        generator_.normal(base + "bias", {vl ? 2 : 1, e}, 0.0, spec_.bias_std, DType::kF32));
     for (int64_t expert = 0; expert < e; ++expert)
       add_mlp(base + "mlp.experts." + std::to_string(expert) + ".", h, spec_.moe_intermediate_size);
+    if (vl)
+      for (int64_t expert = e; expert < 2 * e; ++expert)
+        add_mlp(base + "mlp.experts." + std::to_string(expert) + ".", h, spec_.vision_moe_intermediate_size);
     if (spec_.num_shared_experts > 0)
       add_mlp(base + "mlp.shared_experts.", h, int64_t{spec_.moe_intermediate_size} * spec_.num_shared_experts);
+  }
+
+  void add_biased_linear(const std::string& name, int64_t out, int64_t in) {
+    add_linear(name + ".weight", generator_.linear(name, out, in));
+    add(name + ".bias", generator_.bias(name + ".bias", out));
+  }
+  void add_layer_norm(const std::string& name, int64_t size) {
+    add(name + ".weight", generator_.norm(name, size));
+    add(name + ".bias", generator_.bias(name + ".bias", size));
+  }
+
+  // The ViT ("vision_model.", no layout prefix) and the resampler (layout prefix).
+  void add_vision_tower() {
+    const int64_t de = spec_.vision_hidden_size, patch = 3 * 14 * 14, wide = 4 * de;
+    add_linear("vision_model.patch_embed.proj.weight", generator_.linear("patch_embed", de, patch));
+    for (int block = 0; block < spec_.vision_depth; ++block) {
+      const std::string base = "vision_model.blocks." + std::to_string(block) + ".";
+      add_layer_norm(base + "norm1", de);
+      add_layer_norm(base + "norm2", de);
+      add_biased_linear(base + "attn.qkv", 3 * de, de);
+      add_biased_linear(base + "attn.proj", de, de);
+      add_biased_linear(base + "mlp.fc1", wide, de);
+      add_biased_linear(base + "mlp.fc2", de, wide);
+    }
+    add_layer_norm("vision_model.ln", de);
+    const std::string resampler = prefix_ + "resampler_model.";
+    const int64_t spatial = 4 * de;
+    add_biased_linear(resampler + "spatial_linear.0", spatial, spatial);
+    add_biased_linear(resampler + "spatial_linear.2", spatial, spatial);
+    add_layer_norm(resampler + "spatial_linear.3", spatial);
+    add_biased_linear(resampler + "temporal_linear.0", spatial, 2 * spatial);
+    add_biased_linear(resampler + "temporal_linear.2", spatial, spatial);
+    add_layer_norm(resampler + "temporal_linear.3", spatial);
+    add_biased_linear(resampler + "mlp", spec_.hidden_size, spatial);
+    add(resampler + "after_norm.weight", generator_.norm("resampler.after_norm", spec_.hidden_size));
   }
 
   std::vector<TensorToWrite> build(const ModelConfig& config) {
@@ -160,6 +207,7 @@ class CheckpointBuilder {
       add_linear(prefix_ + "mtp_linear_proj.0.weight", generator_.linear("mtp_linear_proj", h, 2 * h));
       add_layer("mtp_block.0.", /*moe=*/false);
     }
+    if (spec_.vision_depth > 0) add_vision_tower();
     return std::move(tensors_);
   }
 
@@ -173,9 +221,11 @@ class CheckpointBuilder {
 
 nlohmann::ordered_json config_json(const SyntheticModelSpec& spec, CheckpointLayout layout) {
   const bool moe = spec.num_experts > 0;
+  const bool vl = spec.vision_depth > 0;
   nlohmann::ordered_json config;
-  config["architectures"] = {moe ? "Ernie4_5_MoeForCausalLM" : "Ernie4_5ForCausalLM"};
-  config["model_type"] = moe ? "ernie4_5_moe" : "ernie4_5";
+  config["architectures"] = {vl ? "Ernie4_5_VLMoeForConditionalGeneration"
+                                : moe ? "Ernie4_5_MoeForCausalLM" : "Ernie4_5ForCausalLM"};
+  config["model_type"] = vl ? "ernie4_5_moe_vl" : moe ? "ernie4_5_moe" : "ernie4_5";
   config["bos_token_id"] = 1;
   config["eos_token_id"] = 2;
   config["pad_token_id"] = 0;
@@ -208,6 +258,36 @@ nlohmann::ordered_json config_json(const SyntheticModelSpec& spec, CheckpointLay
     config["moe_use_aux_free"] = true;
   }
   if (spec.with_mtp) config["num_nextn_predict_layers"] = 1;
+  if (vl) {
+    // VL writes [text, vision] lists (docs/vl-model-notes.md §1.1).
+    config["moe_num_experts"] = {spec.num_experts, spec.num_experts};
+    config["moe_intermediate_size"] = {spec.moe_intermediate_size, spec.vision_moe_intermediate_size};
+    config["moe_layer_start_index"] = {spec.moe_start, spec.moe_start};
+    const int end = spec.moe_end < 0 ? spec.num_layers - 1 : spec.moe_end;
+    config["moe_layer_end_index"] = {end, end};
+    config["moe_use_hard_gate"] = true;
+    config["rope_3d"] = true;
+    config["freq_allocation"] = spec.freq_allocation;
+    const int patch_id = spec.im_patch_id >= 0 ? spec.im_patch_id : spec.vocab_size - 16;
+    config["im_patch_id"] = patch_id;
+    config["image_start_token_id"] = patch_id + 1;
+    config["image_end_token_id"] = patch_id + 2;
+    config["video_start_token_id"] = patch_id + 3;
+    config["video_end_token_id"] = patch_id + 4;
+    config["pixel_hidden_size"] = spec.vision_hidden_size;
+    config["spatial_conv_size"] = 2;
+    config["temporal_conv_size"] = 2;
+    config["use_temporal_conv"] = true;
+    config["vision_config"] = {{"depth", spec.vision_depth},
+                               {"embed_dim", spec.vision_hidden_size},
+                               {"hidden_size", spec.vision_hidden_size},
+                               {"num_heads", spec.vision_heads},
+                               {"mlp_ratio", 4},
+                               {"hidden_act", "quick_gelu"},
+                               {"in_channels", 3},
+                               {"patch_size", 14},
+                               {"spatial_merge_size", 2}};
+  }
   return config;
 }
 
@@ -268,7 +348,36 @@ SyntheticModelSpec synthetic_preset(const std::string& name) {
     spec.with_mtp = false;
     return spec;
   }
-  fail("unknown synthetic preset \"", name, "\" (expected tiny-dense, tiny-moe, 0.3b, 21b-a3b or moe-scaled)");
+  if (name == "vl-tiny") {
+    // ERNIE-4.5-VL's structure (two expert sets, shared experts, ViT, resampler, 3-D RoPE
+    // with head_dim 128 and freq_allocation 20 as released) at test size.
+    spec.num_layers = 3;
+    spec.num_experts = 4;
+    spec.moe_k = 2;
+    spec.moe_intermediate_size = 128;
+    spec.num_shared_experts = 1;
+    spec.moe_start = 1;
+    spec.vision_depth = 2;
+    spec.vision_hidden_size = 64;
+    spec.vision_heads = 4;
+    spec.vision_moe_intermediate_size = 64;
+    return spec;
+  }
+  if (name == "vl-28b-layer") {
+    // VL-28B-A3B's vision tower (32 blocks of 1280, 16 heads) and decoder widths in two
+    // layers: what image encoding and prefill cost per token, at a size that loads here.
+    spec = synthetic_preset("21b-a3b");
+    spec.num_layers = 2;
+    spec.with_mtp = false;
+    spec.vision_depth = 32;
+    spec.vision_hidden_size = 1280;
+    spec.vision_heads = 16;
+    spec.vision_moe_intermediate_size = 512;
+    spec.im_patch_id = 100295;
+    return spec;
+  }
+  fail("unknown synthetic preset \"", name,
+       "\" (expected tiny-dense, tiny-moe, 0.3b, 21b-a3b, moe-scaled, vl-tiny or vl-28b-layer)");
 }
 
 void write_synthetic_checkpoint(const std::string& dir, const SyntheticModelSpec& spec, CheckpointLayout layout,

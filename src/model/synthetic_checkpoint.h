@@ -28,16 +28,25 @@ struct SyntheticModelSpec {
   int moe_start = 1;
   int moe_end = -1;
   bool with_mtp = false;  // adds mtp_* tensors and num_nextn_predict_layers = 1
+  // ERNIE-4.5-VL (Ernie4_5_VLMoeForConditionalGeneration) when vision_depth > 0; needs
+  // num_experts > 0 (as many vision experts as text ones).
+  int vision_depth = 0;
+  int vision_hidden_size = 64;
+  int vision_heads = 4;
+  int vision_moe_intermediate_size = 64;
+  int freq_allocation = 20;
+  int im_patch_id = -1;  // -1: vocab_size - 16; the start/end markers follow it
   double rope_theta = 500000.0;
   double rms_norm_eps = 1e-5;
   double weight_std = 0.15;
   double norm_std = 0.1;   // norm weights are 1 + N(0, norm_std)
-  double bias_std = 0.1;   // e_score_correction_bias ~ N(0, bias_std)
+  double bias_std = 0.1;   // e_score_correction_bias and the vision tower's biases ~ N(0, bias_std)
   uint64_t seed = 1;
 };
 
 // Named shapes: "tiny-dense", "tiny-moe" (the golden shapes), "0.3b" (ERNIE-4.5-0.3B),
-// "21b-a3b" (ERNIE-4.5-21B-A3B). Throws naming the presets for an unknown name.
+// "21b-a3b" (ERNIE-4.5-21B-A3B), "vl-tiny" (ERNIE-4.5-VL's structure at test size),
+// "vl-28b-layer" (VL-28B-A3B's vision tower and one MoE layer, for timing). Throws naming the presets for an unknown name.
 SyntheticModelSpec synthetic_preset(const std::string& name);
 
 // Writes config.json, generation_config.json and the weights (no tokenizer) to `dir`,

@@ -43,28 +43,55 @@ ResizedSize smart_resize(int height, int width, const VisionPreprocessConfig& co
   return {std::max(factor, w_bar), std::max(factor, h_bar)};
 }
 
-ImagePatches preprocess_image(const Image& image, const VisionPreprocessConfig& config) {
-  const ResizedSize size = smart_resize(image.height, image.width, config);
-  const Image resized = resize_bicubic(image, size.width, size.height);
+namespace {
+
+// Appends one resized frame's patches (2x2-window order, channel-major, normalised).
+void append_patches(const Image& resized, const VisionPreprocessConfig& config, std::vector<float>& values) {
   const int p = config.patch_size, m = config.merge_size;
-  ImagePatches patches;
-  patches.grid_h = size.height / p;
-  patches.grid_w = size.width / p;
+  const int grid_h = resized.height / p, grid_w = resized.width / p;
   const int64_t row_size = 3LL * p * p;
-  patches.values.resize(static_cast<size_t>(patches.num_patches() * row_size));
-  int64_t row = 0;
-  for (int window_r = 0; window_r < patches.grid_h / m; ++window_r)
-    for (int window_c = 0; window_c < patches.grid_w / m; ++window_c)
+  const size_t first = values.size();
+  values.resize(first + static_cast<size_t>(static_cast<int64_t>(grid_h) * grid_w * row_size));
+  float* out = values.data() + first;
+  for (int window_r = 0; window_r < grid_h / m; ++window_r)
+    for (int window_c = 0; window_c < grid_w / m; ++window_c)
       for (int in_r = 0; in_r < m; ++in_r)
-        for (int in_c = 0; in_c < m; ++in_c, ++row) {
+        for (int in_c = 0; in_c < m; ++in_c) {
           const int top = (window_r * m + in_r) * p, left = (window_c * m + in_c) * p;
-          float* out = patches.values.data() + row * row_size;
           for (int c = 0; c < 3; ++c)
             for (int y = 0; y < p; ++y)
               for (int x = 0; x < p; ++x)
                 *out++ = (static_cast<float>(resized.pixel(left + x, top + y)[c]) * (1.0f / 255.0f) - config.mean[c]) /
                          config.std[c];
         }
+}
+
+}  // namespace
+
+ImagePatches preprocess_image(const Image& image, const VisionPreprocessConfig& config) {
+  const ResizedSize size = smart_resize(image.height, image.width, config);
+  ImagePatches patches;
+  patches.grid_h = size.height / config.patch_size;
+  patches.grid_w = size.width / config.patch_size;
+  append_patches(resize_bicubic(image, size.width, size.height), config, patches.values);
+  return patches;
+}
+
+ImagePatches preprocess_video(std::span<const Image> frames, const VisionPreprocessConfig& config) {
+  if (frames.empty()) fail("a video needs at least one frame");
+  const ResizedSize size = smart_resize(frames.front().height, frames.front().width, config);
+  ImagePatches patches;
+  patches.grid_t = static_cast<int>(frames.size() + frames.size() % 2);
+  patches.grid_h = size.height / config.patch_size;
+  patches.grid_w = size.width / config.patch_size;
+  patches.values.reserve(static_cast<size_t>(patches.num_patches() * 3 * config.patch_size * config.patch_size));
+  for (const Image& frame : frames) append_patches(resize_bicubic(frame, size.width, size.height), config, patches.values);
+  if (frames.size() % 2 != 0) {
+    // An odd count is made even by repeating the last frame (FastDeploy's load_video).
+    const size_t frame_values = patches.values.size() / frames.size();
+    const std::vector<float> last(patches.values.end() - static_cast<std::ptrdiff_t>(frame_values), patches.values.end());
+    patches.values.insert(patches.values.end(), last.begin(), last.end());
+  }
   return patches;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "vision/image.h"
@@ -47,5 +48,10 @@ struct ImagePatches {
 
 // Resizes (smart_resize, Pillow bicubic) and cuts `image` into normalised patches.
 ImagePatches preprocess_image(const Image& image, const VisionPreprocessConfig& config);
+
+// A video's sampled frames: one smart_resize from the first frame's size (`config`
+// carries the video pixel limits), every frame resized to it, and an odd count made even
+// by repeating the last frame (FastDeploy). grid_t is the resulting frame count.
+ImagePatches preprocess_video(std::span<const Image> frames, const VisionPreprocessConfig& config);
 
 }  // namespace ernie

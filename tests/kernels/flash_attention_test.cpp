@@ -55,14 +55,15 @@ struct Reference {
   double score_magnitude;   // max over pairs of scale · Σ_d |q_d k_d|
 };
 
-// Plain double-precision causal attention on the decoded rows, all heads.
+// Plain double-precision causal attention on the decoded rows, all heads; with all_keys
+// > 0, every query sees that many keys instead (bidirectional).
 Reference reference_attention(const AttentionShape& shape, const Cache& cache, const std::vector<float>& q,
-                              int64_t q_stride, int64_t first_position, int num_queries) {
+                              int64_t q_stride, int64_t first_position, int num_queries, int64_t all_keys = 0) {
   const int hd = shape.head_dim, group = shape.heads / shape.kv_heads;
   const size_t width = static_cast<size_t>(shape.kv_heads) * hd;
   Reference ref{std::vector<double>(static_cast<size_t>(num_queries) * shape.heads * hd), 0.0};
   for (int i = 0; i < num_queries; ++i) {
-    const int64_t n_keys = first_position + i + 1;
+    const int64_t n_keys = all_keys > 0 ? all_keys : first_position + i + 1;
     for (int h = 0; h < shape.heads; ++h) {
       const float* qh = q.data() + i * q_stride + h * hd;
       const size_t kv_offset = static_cast<size_t>(h / group) * hd;
@@ -208,6 +209,32 @@ TEST(FlashAttention, ModelShapes) {
     check_case({20, 4, 128, storage, 1, 777}, scratch, 22);   // 21B-A3B decode (group 5)
     check_case({20, 4, 128, storage, 45, 64}, scratch, 23);
     check_case({16, 2, 128, storage, 200, 0}, scratch, 24);   // prefill chunk
+  }
+}
+
+// The vision transformer's attention: every query sees every key of its image, fewer or
+// more keys than queries, fp32 rows, any head size (ERNIE-VL's ViT has 80).
+TEST(FlashAttention, BidirectionalSeesEveryKey) {
+  AttentionScratch scratch;
+  Random random(31);
+  for (const auto& [heads, head_dim, num_keys, num_queries] :
+       std::vector<std::tuple<int, int, int64_t, int>>{{4, 16, 24, 24}, {16, 80, 300, 64}, {2, 20, 7, 70}, {3, 33, 130, 1}}) {
+    SCOPED_TRACE(testing::Message() << heads << " heads of " << head_dim << ", " << num_keys << " keys, "
+                                    << num_queries << " queries");
+    const AttentionShape shape{heads, heads, head_dim, static_cast<float>(1.0 / std::sqrt(double(head_dim))),
+                               KvStorage::kF32};
+    const Cache cache = make_cache(num_keys, heads, head_dim, KvStorage::kF32, random);
+    const int64_t stride = int64_t{heads} * head_dim;
+    std::vector<float> q(static_cast<size_t>(num_queries * stride)), out(q.size());
+    for (float& x : q) x = static_cast<float>(random.normal());
+    for (int head = 0; head < heads; ++head)
+      bidirectional_attention_group(shape, cache.key_rows.data(), cache.value_rows.data(), head, q.data(), stride,
+                                    num_keys, num_queries, out.data(), stride, scratch);
+    const Reference ref = reference_attention(shape, cache, q, stride, 0, num_queries, num_keys);
+    float max_v = 0;
+    for (float v : cache.values) max_v = std::max(max_v, std::fabs(v));
+    const double tolerance = max_v * (1e-5 + 2.0 * 0x1p-24 * ref.score_magnitude);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref.out[i], tolerance) << "float " << i;
   }
 }
 

@@ -50,6 +50,46 @@ TEST(OpsTest, RopeAtPositionZeroIsIdentityAndAppliesToEveryHead) {
   EXPECT_NEAR(heads[2], 2.0 * std::cos(1.0) - 3.0 * std::sin(1.0), 1e-6);
 }
 
+TEST(OpsTest, Rope3dTurnsPairsByHeightWidthAndTime) {
+  // head_dim 12: 6 pairs; freq_allocation 2 leaves pairs 0-3 to h, w, h, w and 4-5 to t.
+  const std::vector<float> inv_freq = rope_inverse_frequencies(12, 10000.0);
+  std::vector<float> cos_sin(12);
+  rope_rotation_3d(3.0f, 5.0f, 7.0f, 12, 2, inv_freq.data(), cos_sin.data());
+  const float axis[] = {5, 7, 5, 7, 3, 3};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_NEAR(cos_sin[2 * i], std::cos(axis[i] * inv_freq[i]), 1e-6) << "pair " << i;
+    EXPECT_NEAR(cos_sin[2 * i + 1], std::sin(axis[i] * inv_freq[i]), 1e-6) << "pair " << i;
+  }
+  // On the diagonal it is the 1-D rotation.
+  std::vector<float> one_d(12);
+  rope_rotation(4.0f, 12, inv_freq.data(), one_d.data());
+  rope_rotation_3d(4.0f, 4.0f, 4.0f, 12, 2, inv_freq.data(), cos_sin.data());
+  EXPECT_EQ(cos_sin, one_d);
+}
+
+TEST(OpsTest, LayerNormAndGelus) {
+  const float x[] = {1.0f, -2.0f, 3.0f, 0.5f};
+  const float w[] = {1.0f, 0.5f, 2.0f, -1.0f};
+  const float b[] = {0.0f, 0.25f, -1.0f, 2.0f};
+  float y[4];
+  layer_norm(x, 1, 4, w, b, 1e-6f, y);
+  const double mean = 2.5 / 4, var = ((1 - mean) * (1 - mean) + (-2 - mean) * (-2 - mean) + (3 - mean) * (3 - mean) +
+                                      (0.5 - mean) * (0.5 - mean)) / 4;
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(y[i], (x[i] - mean) / std::sqrt(var + 1e-6) * w[i] + b[i], 1e-6);
+  // quick_gelu(x) = x·σ(1.702x); GELU(x) = x·Φ(x): Φ(1) = 0.841344746, Φ(-2) = 0.022750132.
+  float quick[] = {0.0f, 1.0f, -2.0f, 30.0f, -30.0f};
+  quick_gelu(quick, 5);
+  EXPECT_EQ(quick[0], 0.0f);
+  EXPECT_NEAR(quick[1], 1.0 / (1.0 + std::exp(-1.702)), 1e-6);
+  EXPECT_NEAR(quick[2], -2.0 / (1.0 + std::exp(3.404)), 1e-6);
+  EXPECT_NEAR(quick[3], 30.0f, 1e-5);
+  EXPECT_NEAR(quick[4], 0.0f, 1e-5);
+  float exact[] = {1.0f, -2.0f};
+  gelu_erf(exact, 2);
+  EXPECT_NEAR(exact[0], 0.841344746, 1e-6);
+  EXPECT_NEAR(exact[1], -2.0 * 0.022750132, 1e-6);
+}
+
 TEST(OpsTest, SiluMulAndSoftmax) {
   float gate[] = {0.0f, 1.0f, -2.0f};
   const float up[] = {5.0f, 2.0f, 1.0f};

@@ -114,6 +114,70 @@ TEST(ModelConfigTest, VlStyleListsTakeTheTextBranchAndTheWidestRange) {
   EXPECT_EQ(parsed.moe->layer_end_index, 27);
 }
 
+// ERNIE-4.5-VL-28B-A3B as the runtimes read it (docs/vl-model-notes.md §1.1).
+nlohmann::json config_vl_28b() {
+  nlohmann::json config = config_21b();
+  config["architectures"] = {"Ernie4_5_VLMoeForConditionalGeneration"};
+  config["moe_num_experts"] = {64, 64};
+  config["moe_intermediate_size"] = {1536, 512};
+  config["moe_layer_start_index"] = {1, 1};
+  config["moe_layer_end_index"] = {29, 28};
+  config["num_nextn_predict_layers"] = 0;
+  config["rope_3d"] = true;
+  config["freq_allocation"] = 20;
+  config["im_patch_id"] = 100295;
+  config["pixel_hidden_size"] = 1280;
+  config["spatial_conv_size"] = 2;
+  config["temporal_conv_size"] = 2;
+  config["vision_config"] = {{"depth", 32}, {"embed_dim", 1280}, {"hidden_size", 1280}, {"num_heads", 16},
+                             {"mlp_ratio", 4}, {"hidden_act", "quick_gelu"}, {"patch_size", 14},
+                             {"spatial_merge_size", 2}, {"in_channels", 3}};
+  return config;
+}
+
+TEST(ModelConfigTest, ReadsTheVlConfig) {
+  const ModelConfig config = parse_model_config(config_vl_28b().dump(), "config.json");
+  ASSERT_TRUE(config.vl && config.moe);
+  EXPECT_EQ(config.moe->num_experts, 64);
+  EXPECT_EQ(config.moe->intermediate_size, 1536);
+  EXPECT_EQ(config.moe->layer_end_index, 27);  // [29, 28] of 28 layers: to the last one
+  EXPECT_EQ(config.vl->vision_num_experts, 64);
+  EXPECT_EQ(config.vl->vision_intermediate_size, 512);
+  EXPECT_EQ(config.vl->vision.depth, 32);
+  EXPECT_EQ(config.vl->vision.head_dim(), 80);
+  EXPECT_EQ(config.vl->freq_allocation, 20);
+  // Ids not in the file take the released tokenizer's values.
+  EXPECT_EQ(config.vl->image_start_token_id, 101304);
+  EXPECT_EQ(config.vl->video_end_token_id, 101307);
+  EXPECT_TRUE(config.vl->is_vision_token(100295));
+  EXPECT_TRUE(config.vl->is_vision_token(101306));
+  EXPECT_FALSE(config.vl->is_vision_token(100296));  // <|AUDIO_PLACEHOLDER|> routes as text
+}
+
+TEST(ModelConfigTest, RefusesVlConfigsWeCannotCompute) {
+  nlohmann::json config = config_vl_28b();
+  config.erase("vision_config");
+  EXPECT_THAT(error_of(config), HasSubstr("needs the object \"vision_config\""));
+  config = config_vl_28b();
+  config["freq_allocation"] = 21;
+  EXPECT_THAT(error_of(config), HasSubstr("freq_allocation 21 must lie in 0..64 and leave an even number"));
+  config = config_vl_28b();
+  config["moe_num_experts"] = {64, 32};
+  EXPECT_THAT(error_of(config), HasSubstr("only equal counts are supported"));
+  config = config_vl_28b();
+  config["moe_layer_start_index"] = {1, 2};
+  EXPECT_THAT(error_of(config), HasSubstr("moe_layer_start_index differs between text (1) and vision (2)"));
+  config = config_vl_28b();
+  config["vision_config"]["num_heads"] = 3;
+  EXPECT_THAT(error_of(config), HasSubstr("must split into num_heads (3) heads"));
+  config = config_vl_28b();
+  config["im_patch_id"] = 200000;
+  EXPECT_THAT(error_of(config), HasSubstr("im_patch_id 200000 is outside the vocabulary"));
+  config = config_vl_28b();
+  config["text_config"] = nlohmann::json::object();
+  EXPECT_THAT(error_of(config), HasSubstr("transformers-native ERNIE-VL format"));
+}
+
 TEST(ModelConfigTest, EosMayBeAList) {
   nlohmann::json config = config_03b();
   config["eos_token_id"] = {2, 12};

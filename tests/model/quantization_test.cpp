@@ -66,36 +66,6 @@ TEST(QuantizationPlanTest, RefusesWhatItCannotRunNamingTheChoices) {
               HasSubstr("kv_cache_quant_type \"int4_zp\" is not supported"));
 }
 
-struct Divergence {
-  double mean_kl = 0;     // KL(p_bf16 || p_quantized), nats, mean over rows
-  double max_kl = 0;
-  double top1_agree = 0;  // share of rows with the same argmax
-};
-
-std::vector<double> log_softmax(const float* logits, int64_t v) {
-  double m = -INFINITY;
-  for (int64_t i = 0; i < v; ++i) m = std::max(m, static_cast<double>(logits[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < v; ++i) sum += std::exp(logits[i] - m);
-  std::vector<double> out(static_cast<size_t>(v));
-  for (int64_t i = 0; i < v; ++i) out[static_cast<size_t>(i)] = logits[i] - m - std::log(sum);
-  return out;
-}
-
-Divergence compare(const std::vector<float>& reference, const std::vector<float>& other, int64_t v) {
-  Divergence d;
-  const int64_t rows = static_cast<int64_t>(reference.size()) / v;
-  for (int64_t r = 0; r < rows; ++r) {
-    const std::vector<double> p = log_softmax(reference.data() + r * v, v), q = log_softmax(other.data() + r * v, v);
-    double kl = 0;
-    for (int64_t i = 0; i < v; ++i) kl += std::exp(p[static_cast<size_t>(i)]) * (p[static_cast<size_t>(i)] - q[static_cast<size_t>(i)]);
-    d.mean_kl += kl / static_cast<double>(rows);
-    d.max_kl = std::max(d.max_kl, kl);
-    const auto argmax = [&](const float* row) { return std::max_element(row, row + v) - row; };
-    d.top1_agree += argmax(reference.data() + r * v) == argmax(other.data() + r * v) ? 1.0 / static_cast<double>(rows) : 0.0;
-  }
-  return d;
-}
 
 // All rows' logits of every golden prompt, concatenated.
 std::vector<float> golden_logits(const std::string& checkpoint, const std::string& golden,
@@ -137,7 +107,7 @@ TEST_P(QuantizationAccuracyTest, StaysCloseToTheUnquantizedModel) {
   const std::vector<float> quantized =
       golden_logits(c.checkpoint, c.checkpoint, parse_quantization(c.quantization, config));
   ASSERT_EQ(reference.size(), quantized.size());
-  const Divergence d = compare(reference, quantized, config.vocab_size);
+  const testing::Divergence d = testing::compare_logits(reference, quantized, config.vocab_size);
   std::printf("[accuracy] %s %s: mean KL %.3g nats, max KL %.3g, top-1 agreement %.1f%% over %zu rows\n",
               c.checkpoint.c_str(), c.quantization.c_str(), d.mean_kl, d.max_kl, 100 * d.top1_agree,
               reference.size() / static_cast<size_t>(config.vocab_size));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -106,6 +107,35 @@ std::vector<TensorToWrite> read_all_tensors(const std::string& safetensors_path)
     tensors.push_back({info.name, info.dtype, info.shape,
                        std::vector<uint8_t>(file.data(info), file.data(info) + info.size)});
   return tensors;
+}
+
+namespace {
+
+std::vector<double> log_softmax(const float* logits, int64_t v) {
+  double m = -INFINITY;
+  for (int64_t i = 0; i < v; ++i) m = std::max(m, static_cast<double>(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < v; ++i) sum += std::exp(logits[i] - m);
+  std::vector<double> out(static_cast<size_t>(v));
+  for (int64_t i = 0; i < v; ++i) out[static_cast<size_t>(i)] = logits[i] - m - std::log(sum);
+  return out;
+}
+
+}  // namespace
+
+Divergence compare_logits(const std::vector<float>& reference, const std::vector<float>& other, int64_t v) {
+  Divergence d;
+  const int64_t rows = static_cast<int64_t>(reference.size()) / v;
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<double> p = log_softmax(reference.data() + r * v, v), q = log_softmax(other.data() + r * v, v);
+    double kl = 0;
+    for (int64_t i = 0; i < v; ++i) kl += std::exp(p[static_cast<size_t>(i)]) * (p[static_cast<size_t>(i)] - q[static_cast<size_t>(i)]);
+    d.mean_kl += kl / static_cast<double>(rows);
+    d.max_kl = std::max(d.max_kl, kl);
+    const auto argmax = [&](const float* row) { return std::max_element(row, row + v) - row; };
+    d.top1_agree += argmax(reference.data() + r * v) == argmax(other.data() + r * v) ? 1.0 / static_cast<double>(rows) : 0.0;
+  }
+  return d;
 }
 
 }  // namespace ernie::testing

@@ -54,6 +54,14 @@ void write_file(const std::string& path, const std::string& contents);
 std::vector<float> read_f32_file(const std::string& path);
 std::vector<uint8_t> read_bytes_file(const std::string& path);
 
+// How far one set of logits rows ([rows, v], row-major) is from a reference set.
+struct Divergence {
+  double mean_kl = 0;     // KL(p_reference || p_other), nats, mean over rows
+  double max_kl = 0;
+  double top1_agree = 0;  // share of rows with the same argmax
+};
+Divergence compare_logits(const std::vector<float>& reference, const std::vector<float>& other, int64_t v);
+
 // Writes a synthetic checkpoint (weights only) into a new subdirectory of `parent`.
 std::string make_checkpoint(const TempDir& parent, const std::string& name, const SyntheticModelSpec& spec,
                             CheckpointLayout layout, int shards = 1);

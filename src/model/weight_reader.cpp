@@ -1,0 +1,139 @@
+#include "model/weight_reader.h"
+
+#include <cstring>
+
+#include "util/error.h"
+
+namespace ernie {
+
+void expect_shape(const TensorView& tensor, const std::vector<int64_t>& expected) {
+  if (tensor.shape() != expected)
+    fail("tensor \"", tensor.name(), "\" has shape ", shape_to_string(tensor.shape()), ", expected ",
+         shape_to_string(expected));
+}
+
+std::vector<float> to_f32(const TensorView& tensor) {
+  std::vector<float> values(static_cast<size_t>(tensor.info->num_elements()));
+  convert_to_f32(tensor.dtype(), tensor.data, values.data(), values.size());
+  return values;
+}
+
+WeightMatrix view_matrix(const TensorView& tensor) {
+  WeightMatrix matrix;
+  matrix.dtype = tensor.dtype();
+  matrix.rows = tensor.shape()[0];
+  matrix.cols = tensor.shape()[1];
+  matrix.data = tensor.data;
+  return matrix;
+}
+
+WeightMatrix transposed_columns(const TensorView& tensor, int64_t first, int64_t count) {
+  const int64_t in = tensor.shape()[0];
+  const int64_t out = tensor.shape()[1];
+  const size_t element = dtype_size(tensor.dtype());
+  auto bytes = std::shared_ptr<uint8_t[]>(new uint8_t[static_cast<size_t>(count * in) * element]);
+  for (int64_t o = 0; o < count; ++o) {
+    for (int64_t i = 0; i < in; ++i) {
+      std::memcpy(bytes.get() + (o * in + i) * element, tensor.data + (i * out + first + o) * element, element);
+    }
+  }
+  WeightMatrix matrix;
+  matrix.dtype = tensor.dtype();
+  matrix.rows = count;
+  matrix.cols = in;
+  matrix.data = bytes.get();
+  matrix.storage = std::shared_ptr<const void>(bytes, bytes.get());
+  return matrix;
+}
+
+using Shape = std::vector<int64_t>;
+
+WeightReader::WeightReader(Checkpoint& checkpoint, CheckpointLayout layout)
+    : WeightReader(checkpoint, layout, layout == CheckpointLayout::kPaddle ? "ernie." : "model.") {}
+
+WeightReader::WeightReader(Checkpoint& checkpoint, CheckpointLayout layout, std::string prefix)
+    : checkpoint_(checkpoint), layout_(layout), prefix_(std::move(prefix)) {}
+
+std::vector<float> WeightReader::vector(const std::string& name, int64_t size) {
+  const TensorView tensor = checkpoint_.take(prefix_ + name, {size});
+  expect_shape(tensor, {size});
+  return to_f32(tensor);
+}
+
+WeightMatrix WeightReader::linear(const std::string& name, int64_t out, int64_t in) {
+  return fused_linear(name, {out}, in).front();
+}
+
+std::vector<WeightMatrix> WeightReader::fused_linear(const std::string& name, const std::vector<int64_t>& outs,
+                                                     int64_t in) {
+  int64_t total = 0;
+  for (int64_t out : outs) total += out;
+  const Shape expected = layout_ == CheckpointLayout::kPaddle ? Shape{in, total} : Shape{total, in};
+  const TensorView tensor = checkpoint_.take(prefix_ + name, expected);
+  expect_shape(tensor, expected);
+  std::vector<WeightMatrix> parts;
+  int64_t first = 0;
+  const WeightMatrix whole = layout_ == CheckpointLayout::kTorch ? view_matrix(tensor) : WeightMatrix{};
+  for (int64_t out : outs) {
+    parts.push_back(layout_ == CheckpointLayout::kTorch ? whole.row_slice(first, out)
+                                                         : transposed_columns(tensor, first, out));
+    first += out;
+  }
+  return parts;
+}
+
+BiasedLinear WeightReader::biased_linear(const std::string& base, int64_t out, int64_t in) {
+  return {linear(base + ".weight", out, in), vector(base + ".bias", out)};
+}
+
+LayerNormWeights WeightReader::layer_norm(const std::string& base, int64_t size) {
+  return {vector(base + ".weight", size), vector(base + ".bias", size)};
+}
+
+std::vector<float> WeightReader::router(const std::string& name, int64_t experts, int64_t hidden) {
+  const TensorView tensor = checkpoint_.take(prefix_ + name, {experts, hidden});
+  const bool stored_in_out =
+      tensor.shape() == Shape{hidden, experts} && (layout_ == CheckpointLayout::kPaddle || experts != hidden);
+  if (stored_in_out) {
+    const std::vector<float> in_out = to_f32(tensor);
+    std::vector<float> out_in(in_out.size());
+    for (int64_t h = 0; h < hidden; ++h)
+      for (int64_t e = 0; e < experts; ++e) out_in[e * hidden + h] = in_out[h * experts + e];
+    return out_in;
+  }
+  expect_shape(tensor, {experts, hidden});
+  return to_f32(tensor);
+}
+
+AttentionWeights WeightReader::attention(const std::string& base, const ModelConfig& config) {
+  const int64_t h = config.hidden_size, q = config.q_width(), kv = config.kv_width();
+  AttentionWeights attention;
+  if (layout_ == CheckpointLayout::kTorch && !has(base + "qkv_proj.weight")) {
+    attention.q = linear(base + "q_proj.weight", q, h);
+    attention.k = linear(base + "k_proj.weight", kv, h);
+    attention.v = linear(base + "v_proj.weight", kv, h);
+  } else {
+    auto parts = fused_linear(base + "qkv_proj.weight", {q, kv, kv}, h);
+    attention.q = parts[0];
+    attention.k = parts[1];
+    attention.v = parts[2];
+  }
+  attention.o = linear(base + "o_proj.weight", h, q);
+  return attention;
+}
+
+MlpWeights WeightReader::mlp(const std::string& base, int64_t hidden, int64_t inner) {
+  MlpWeights mlp;
+  if (layout_ == CheckpointLayout::kTorch && !has(base + "up_gate_proj.weight")) {
+    mlp.gate = linear(base + "gate_proj.weight", inner, hidden);
+    mlp.up = linear(base + "up_proj.weight", inner, hidden);
+  } else {
+    auto parts = fused_linear(base + "up_gate_proj.weight", {inner, inner}, hidden);  // gate first
+    mlp.gate = parts[0];
+    mlp.up = parts[1];
+  }
+  mlp.down = linear(base + "down_proj.weight", hidden, inner);
+  return mlp;
+}
+
+}  // namespace ernie

@@ -1,0 +1,214 @@
+// ERNIE-4.5-VL end to end (images and video -> preprocessing -> ViT -> resampler ->
+// placeholder embeddings, 3-D RoPE, modality-isolated experts -> logits) against an
+// independent float64 numpy implementation (tools/ref_ernie_vl_numpy.py, written from
+// docs/vl-model-notes.md, not from our code), on synthetic vl-tiny checkpoints in both
+// published layouts, at bf16 and wint8. Tolerances: bf16, the text goldens' 2e-3 on logits
+// and greedy tokens exact; wint8 (which changes the text decoder's weights, not the
+// vision tower's), as tests/model/quantization_test.cpp bounds it, about twice the
+// divergence measured when set (mean KL 0.012-0.023 nats, top-1 82-87%): mean KL below
+// 0.05 nats, top-1 agreement >= 70%.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "model/ernie_model.h"
+#include "model/multimodal_positions.h"
+#include "model/synthetic_checkpoint.h"
+#include "support/test_support.h"
+#include "vision/image.h"
+
+namespace ernie {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+
+// One request: segments of text ids, images and videos (frame files), with optional
+// pixel limits, in the reference's request format.
+struct VlCase {
+  std::string name;
+  json request;
+};
+
+std::vector<VlCase> cases(const std::string& images) {
+  const auto text = [](std::initializer_list<int> ids) { return json{{"text", std::vector<int>(ids)}}; };
+  const auto image = [&](const char* file) { return json{{"image", images + "/" + file}}; };
+  json frames = json::array();
+  for (int i = 0; i < 5; ++i) frames.push_back(images + "/frame" + std::to_string(i) + ".png");
+  return {
+      {"image_below_min_pixels", {{"segments", {text({1, 17, 300}), image("small.png"), text({45, 9, 1200, 3})}},
+                                  {"greedy_tokens", 4}}},
+      {"two_images", {{"segments", {text({1, 22}), image("wide.jpg"), text({7, 8}), image("tall.png"), text({99})}},
+                      {"greedy_tokens", 3}}},
+      {"image_above_max_pixels",
+       {{"segments", {text({1, 5}), image("big.png"), text({600, 601})}}, {"image_max_pixels", 28 * 28 * 20},
+        {"greedy_tokens", 3}}},
+      {"video", {{"segments", {text({1, 40}), json{{"video", frames}}, text({41, 42, 43})}},
+                 {"video_min_pixels", 28 * 28 * 4}, {"video_max_pixels", 28 * 28 * 30}, {"greedy_tokens", 3}}},
+  };
+}
+
+// Our side of one case: the prompt's tokens, 3-D positions and feature rows.
+struct Prompt {
+  std::vector<int32_t> tokens;
+  RopePositions positions;
+  std::vector<std::vector<float>> features;  // per item
+  std::vector<VisualGrid> grids;
+};
+
+Image load_image(const std::string& path) { return decode_image(testing::read_bytes_file(path)); }
+
+Prompt build_prompt(LanguageModel& model, const json& request) {
+  const VlConfig& vl = *model.config().vl;
+  Prompt prompt;
+  for (const json& segment : request.at("segments")) {
+    if (segment.contains("text")) {
+      for (int id : segment.at("text")) prompt.tokens.push_back(id);
+      continue;
+    }
+    const bool video = segment.contains("video");
+    VisionPreprocessConfig config;
+    if (video) {
+      config.min_pixels = request.value("video_min_pixels", 299LL * 28 * 28);
+      config.max_pixels = request.value("video_max_pixels", 1196LL * 28 * 28);
+    } else {
+      config.min_pixels = request.value("image_min_pixels", config.min_pixels);
+      config.max_pixels = request.value("image_max_pixels", config.max_pixels);
+    }
+    ImagePatches patches;
+    if (video) {
+      std::vector<Image> frames;
+      for (const json& file : segment.at("video")) frames.push_back(load_image(file.get<std::string>()));
+      patches = preprocess_video(frames, config);
+    } else {
+      patches = preprocess_image(load_image(segment.at("image").get<std::string>()), config);
+    }
+    const VisualGrid grid{patches.grid_t, patches.grid_h, patches.grid_w};
+    prompt.grids.push_back(grid);
+    prompt.features.push_back(model.encode_vision(patches));
+    prompt.tokens.push_back(video ? vl.video_start_token_id : vl.image_start_token_id);
+    prompt.tokens.insert(prompt.tokens.end(), static_cast<size_t>(visual_token_count(grid)), vl.im_patch_id);
+    prompt.tokens.push_back(video ? vl.video_end_token_id : vl.image_end_token_id);
+  }
+  prompt.positions = multimodal_rope_positions(prompt.tokens, vl.im_patch_id, prompt.grids);
+  return prompt;
+}
+
+// All rows' logits of the prompt, then `greedy` tokens chosen by argmax and fed back.
+std::pair<std::vector<float>, std::vector<int32_t>> run_prompt(ErnieModel& model, const Prompt& prompt, int greedy) {
+  auto cache = model.new_kv_cache();
+  ForwardBatch batch = single_sequence_batch(*cache, prompt.tokens, 0, true);
+  batch.rope_positions = prompt.positions.thw;
+  // Placeholder run k takes item k's feature rows in order.
+  const int32_t placeholder = model.config().vl->im_patch_id;
+  const int64_t h = model.config().hidden_size;
+  batch.input_embeddings.assign(prompt.tokens.size(), nullptr);
+  int item = -1;
+  int64_t row = 0;
+  for (size_t t = 0; t < prompt.tokens.size(); ++t) {
+    if (prompt.tokens[t] != placeholder) continue;
+    if (t == 0 || prompt.tokens[t - 1] != placeholder) ++item, row = 0;
+    batch.input_embeddings[t] = prompt.features[static_cast<size_t>(item)].data() + row++ * h;
+  }
+  std::vector<float> logits = model.forward(batch);
+  const int64_t v = model.config().vocab_size;
+  std::vector<int32_t> generated;
+  std::vector<float> last(logits.end() - v, logits.end());
+  for (int i = 0; i < greedy; ++i) {
+    const auto next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    generated.push_back(next);
+    if (i + 1 == greedy) break;
+    const int64_t cache_position = static_cast<int64_t>(prompt.tokens.size()) + i;
+    ForwardBatch step = single_sequence_batch(*cache, std::vector<int32_t>{next}, cache_position, false);
+    const auto p = static_cast<int32_t>(prompt.positions.next + i);
+    step.rope_positions = {p, p, p};
+    last = model.forward(step);
+  }
+  return {logits, generated};
+}
+
+double max_difference(std::span<const float> ours, std::span<const float> theirs) {
+  EXPECT_EQ(ours.size(), theirs.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(ours.size(), theirs.size()); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(ours[i]) - theirs[i]));
+  return worst;
+}
+
+struct Variant {
+  CheckpointLayout layout;
+  bool wint8;
+};
+
+class VlReferenceTest : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(VlReferenceTest, ImagesAndVideoAgreeWithTheNumpyReference) {
+  const Variant variant = GetParam();
+  TempDir temp;
+  const std::string model_dir =
+      testing::make_checkpoint(temp, "model", synthetic_preset("vl-tiny"), variant.layout,
+                               variant.layout == CheckpointLayout::kPaddle ? 2 : 1);
+  const std::string images = temp.file("images");
+  const std::string source = ERNIE_SOURCE_DIR;
+  ASSERT_EQ(testing::run_shell(testing::python3() + " " + source + "/tests/model/vl_test_images.py " + images).exit_code, 0);
+
+  ThreadPool pool(2);
+  QuantizationPlan plan;
+  if (variant.wint8) plan = parse_quantization("wint8", load_model_config(model_dir));
+  auto model = ErnieModel::load(model_dir, pool, nullptr, plan);
+  ASSERT_TRUE(model->has_vision());
+
+  for (const VlCase& vl_case : cases(images)) {
+    SCOPED_TRACE(vl_case.name);
+    const std::string out = temp.file(vl_case.name);
+    const std::string request_path = temp.file(vl_case.name + ".json");
+    testing::write_file(request_path, vl_case.request.dump());
+    const std::string command = testing::python3() + " " + source + "/tools/ref_ernie_vl_numpy.py " + model_dir +
+                                " --request " + request_path + " --out " + out;
+    const testing::CommandResult result = testing::run_shell(command);
+    ASSERT_EQ(result.exit_code, 0) << command << "\n" << result.output;
+    const json reference = json::parse(testing::read_file(out + "/tokens.json"));
+
+    const Prompt prompt = build_prompt(*model, vl_case.request);
+    // The token stream and its 3-D positions, exactly.
+    EXPECT_EQ(prompt.tokens, reference.at("ids").get<std::vector<int32_t>>());
+    std::vector<int32_t> positions;
+    for (const json& thw : reference.at("positions"))
+      for (const json& p : thw) positions.push_back(p.get<int32_t>());
+    EXPECT_EQ(prompt.positions.thw, positions);
+    // The vision tower's output rows.
+    for (size_t item = 0; item < prompt.features.size(); ++item) {
+      const std::vector<float> theirs = testing::read_f32_file(out + "/item" + std::to_string(item) + ".features.f32");
+      EXPECT_LE(max_difference(prompt.features[item], theirs), variant.wint8 ? 2e-3 : 1e-3) << "item " << item;
+    }
+    const int greedy = vl_case.request.at("greedy_tokens").get<int>();
+    const auto [logits, generated] = run_prompt(*model, prompt, greedy);
+    const std::vector<float> theirs = testing::read_f32_file(out + "/logits.f32");
+    if (!variant.wint8) {
+      EXPECT_LE(max_difference(logits, theirs), 2e-3);
+      EXPECT_EQ(generated, reference.at("greedy").get<std::vector<int32_t>>());
+    } else {
+      const testing::Divergence d = testing::compare_logits(theirs, logits, model->config().vocab_size);
+      std::printf("[vl wint8] %s: mean KL %.3g nats, top-1 agreement %.1f%%\n", vl_case.name.c_str(), d.mean_kl,
+                  100 * d.top1_agree);
+      EXPECT_GT(d.mean_kl, 0.0) << "quantization must change the logits";
+      EXPECT_LT(d.mean_kl, 0.05);
+      EXPECT_GE(d.top1_agree, 0.7);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, VlReferenceTest,
+                         ::testing::Values(Variant{CheckpointLayout::kTorch, false},
+                                           Variant{CheckpointLayout::kPaddle, false},
+                                           Variant{CheckpointLayout::kTorch, true}),
+                         [](const auto& param_info) {
+                           return std::string(param_info.param.layout == CheckpointLayout::kTorch ? "pt" : "paddle") +
+                                  (param_info.param.wint8 ? "_wint8" : "_bf16");
+                         });
+
+}  // namespace
+}  // namespace ernie

@@ -78,6 +78,12 @@ void Engine::add_request(GenerateRequest request) {
   validate_sampling_params(request.params, vocab);
   if (request.params.reasoning_max_tokens && !think_end_id_)
     fail("reasoning_max_tokens needs a model whose vocabulary has the </think> token, and this one has none");
+  if (request.multimodal) {
+    if (!model_.has_vision()) fail("this model takes no images or video");
+    if (request.multimodal->prompt_length != prompt_length)
+      fail("internal: the multimodal inputs describe ", request.multimodal->prompt_length, " prompt tokens, not ",
+           prompt_length);
+  }
 
   auto live = std::make_unique<Live>();
   EngineRequest& engine_request = live->request;
@@ -85,6 +91,7 @@ void Engine::add_request(GenerateRequest request) {
   engine_request.tokens = std::move(request.prompt);
   engine_request.prompt_length = prompt_length;
   engine_request.fairness_group = request.fairness_group;
+  engine_request.multimodal = std::move(request.multimodal);
   engine_request.params = std::move(request.params);
   engine_request.max_total_tokens =
       std::min(config_.max_model_len, prompt_length + static_cast<int64_t>(engine_request.params.max_tokens));
@@ -196,6 +203,8 @@ std::vector<RequestOutput> Engine::step() {
   batch.tokens.clear();
   batch.sequences.clear();
   batch.logit_rows.clear();
+  batch.rope_positions.clear();
+  batch.input_embeddings.clear();
   std::vector<PagedKvCache>& caches = step_caches_;
   caches.clear();
   // batch.sequences points into `caches`, so it must not reallocate while filled.
@@ -238,6 +247,7 @@ std::vector<RequestOutput> Engine::step() {
     }
     if (chunk.start < request.prompt_length) counters_.prompt_tokens_computed += own;
   }
+  add_multimodal_rows(plan, batch);
   // Sampling rows first, then the prompt rows.
   const size_t sampling_rows = batch.logit_rows.size();
   for (const PromptLogprobRow& row : prompt_rows) batch.logit_rows.push_back(row.batch_row);
@@ -265,6 +275,29 @@ std::vector<RequestOutput> Engine::step() {
     if (decode_only && proposed == rows) planner_.record_step(rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
   return outputs;
+}
+
+void Engine::add_multimodal_rows(const SchedulerStep& plan, ForwardBatch& batch) const {
+  bool any = false;
+  for (const ScheduledChunk& chunk : plan.chunks) any = any || chunk.request->multimodal != nullptr;
+  if (!any) return;
+  // Every row gets its 3-D position (a text request's is (p, p, p)); placeholder rows of
+  // a prompt chunk get their image's features.
+  batch.rope_positions.resize(3 * batch.tokens.size());
+  batch.input_embeddings.assign(batch.tokens.size(), nullptr);
+  size_t row = 0;
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    const MultimodalPrompt* multimodal = chunk.request->multimodal.get();
+    for (int64_t index = chunk.start; index < chunk.start + chunk.num_tokens; ++index, ++row) {
+      int32_t* thw = batch.rope_positions.data() + 3 * row;
+      if (multimodal == nullptr) {
+        thw[0] = thw[1] = thw[2] = static_cast<int32_t>(index);
+        continue;
+      }
+      multimodal->position(index, thw);
+      if (multimodal->has_features(index)) batch.input_embeddings[row] = multimodal->feature(index);
+    }
+  }
 }
 
 RequestOutput Engine::emit_tokens(StepChunk& chunk, float* logits) {

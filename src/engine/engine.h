@@ -14,6 +14,7 @@
 #include "engine/engine_config.h"
 #include "engine/kv_block_pool.h"
 #include "engine/kv_cache_manager.h"
+#include "engine/multimodal_prompt.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/text_stream.h"
@@ -34,6 +35,8 @@ struct GenerateRequest {
   // in turn with other groups', so one large batch cannot starve everyone else. 0: a
   // group of its own.
   uint64_t fairness_group = 0;
+  // ERNIE-4.5-VL: the prompt's encoded images and videos (its placeholder runs in order).
+  std::shared_ptr<const MultimodalPrompt> multimodal = nullptr;
 };
 
 struct EngineStats {
@@ -134,6 +137,9 @@ class Engine {
   // Samples a chunk's rows (its last token's, then one per draft) while the drafts hold,
   // emits the tokens and stops; `logits` holds the chunk's rows.
   RequestOutput emit_tokens(StepChunk& chunk, float* logits);
+  // ERNIE-4.5-VL: the batch's 3-D positions and image feature rows, when a request of the
+  // step has images or video.
+  void add_multimodal_rows(const SchedulerStep& plan, ForwardBatch& batch) const;
   // Speculative drafts for the requests that decode next step.
   void propose_drafts(std::vector<StepChunk>& chunks);
   // Drafts a request may get next step: 0 while it pauses after repeated misses.

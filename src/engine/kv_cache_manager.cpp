@@ -6,17 +6,33 @@
 #include "util/error.h"
 
 namespace ernie {
+namespace {
+
+// What block `index` of the request is cached under: its tokens, with an image's
+// placeholders replaced by keys of the image's content (MultimodalPrompt::cache_identity).
+std::span<const int32_t> block_identity(const EngineRequest& request, int64_t index, int block_size,
+                                        std::vector<int32_t>& scratch) {
+  const auto first = static_cast<size_t>(index * block_size);
+  const std::span<const int32_t> tokens = std::span<const int32_t>(request.tokens).subspan(first, static_cast<size_t>(block_size));
+  if (!request.multimodal || static_cast<int64_t>(first) >= request.multimodal->prompt_length) return tokens;
+  scratch.assign(tokens.begin(), tokens.end());
+  const std::vector<int32_t>& identity = request.multimodal->cache_identity;
+  for (size_t i = 0; i < scratch.size() && first + i < identity.size(); ++i) scratch[i] = identity[first + i];
+  return scratch;
+}
+
+}  // namespace
 
 int64_t KvCacheManager::acquire_cached_prefix(EngineRequest& request) {
   if (!prefix_caching_ || !request.block_table.empty()) return 0;
   const int block_size = pool_.block_size();
-  const std::span<const int32_t> tokens(request.tokens);
   // At most the blocks before the last token: that token must be computed.
   const int64_t max_blocks = (request.num_tokens() - 1) / block_size;
   uint64_t hash = kRootBlockHash;
   int64_t matched_blocks = 0;
+  std::vector<int32_t> scratch;
   for (; matched_blocks < max_blocks; ++matched_blocks) {
-    const auto block_tokens = tokens.subspan(static_cast<size_t>(matched_blocks * block_size), static_cast<size_t>(block_size));
+    const auto block_tokens = block_identity(request, matched_blocks, block_size, scratch);
     hash = chain_block_hash(hash, block_tokens);
     const std::optional<BlockId> block = pool_.acquire_cached(hash, block_tokens);
     if (!block) break;
@@ -51,10 +67,10 @@ void KvCacheManager::release_slots_beyond(EngineRequest& request, int64_t num_to
 void KvCacheManager::register_computed_blocks(EngineRequest& request) {
   if (!prefix_caching_) return;
   const int block_size = pool_.block_size();
-  const std::span<const int32_t> tokens(request.tokens);
   const int64_t full_blocks = request.num_computed_tokens / block_size;
+  std::vector<int32_t> scratch;
   for (int64_t index = request.num_registered_blocks; index < full_blocks; ++index) {
-    const auto block_tokens = tokens.subspan(static_cast<size_t>(index * block_size), static_cast<size_t>(block_size));
+    const auto block_tokens = block_identity(request, index, block_size, scratch);
     request.last_registered_hash = chain_block_hash(request.last_registered_hash, block_tokens);
     pool_.register_cached(request.block_table[static_cast<size_t>(index)], request.last_registered_hash, block_tokens);
   }

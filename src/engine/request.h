@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/kv_block_pool.h"
+#include "engine/multimodal_prompt.h"
 #include "engine/request_output.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
@@ -27,6 +28,7 @@ struct EngineRequest {
   SamplingParams params;
   int64_t max_total_tokens = 0;  // prompt + max_tokens, capped by max_model_len
   uint64_t fairness_group = 0;   // GenerateRequest::fairness_group
+  std::shared_ptr<const MultimodalPrompt> multimodal;  // GenerateRequest::multimodal
 
   RequestStatus status = RequestStatus::kWaiting;
   int64_t num_computed_tokens = 0;  // tokens whose keys and values are in the cache

@@ -85,15 +85,13 @@ ErnieModel::ErnieModel(ModelConfig config, std::unique_ptr<Checkpoint> checkpoin
       pool_(pool),
       kv_storage_(kv_storage),
       rope_inv_freq_(rope_inverse_frequencies(config_.head_dim, config_.rope_theta)) {
-  if (config_.vl) {
-    if (!weights_.vision) fail("an ERNIE-4.5-VL model needs its vision tower weights");
-    vision_encoder_ = std::make_unique<VisionEncoder>(config_, *weights_.vision, pool_);
-  }
+  if (config_.vl.has_value() != weights_.vision.has_value())
+    fail("an ERNIE-4.5-VL config needs vision tower weights, and only it has them");
 }
 
-std::vector<float> ErnieModel::encode_vision(const ImagePatches& patches) {
-  if (!vision_encoder_) return LanguageModel::encode_vision(patches);
-  return vision_encoder_->encode(patches);
+std::vector<float> ErnieModel::encode_vision(const ImagePatches& patches, ThreadPool& pool) {
+  if (!weights_.vision) return LanguageModel::encode_vision(patches, pool);
+  return VisionEncoder(config_, *weights_.vision, pool).encode(patches);
 }
 
 size_t ErnieModel::kv_row_bytes() const {

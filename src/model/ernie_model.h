@@ -75,8 +75,8 @@ class ErnieModel final : public LanguageModel {
                                   bool normalize_hidden) override;
   std::span<const float> last_hidden_states() const override;
 
-  bool has_vision() const override { return vision_encoder_ != nullptr; }
-  std::vector<float> encode_vision(const ImagePatches& patches) override;
+  bool has_vision() const override { return weights_.vision.has_value(); }
+  std::vector<float> encode_vision(const ImagePatches& patches, ThreadPool& pool) override;
 
  private:
   // Where a batch row's token sits: its sequence chunk and position.
@@ -126,7 +126,6 @@ class ErnieModel final : public LanguageModel {
   ThreadPool& pool_;
   KvStorage kv_storage_;
   std::vector<float> rope_inv_freq_;
-  std::unique_ptr<VisionEncoder> vision_encoder_;  // ERNIE-4.5-VL
   LoadReport load_report_;
   std::thread::id threads_prepared_for_;  // the caller whose pool threads have sized buffers
 

@@ -8,7 +8,7 @@ std::vector<float>& LanguageModel::forward_mtp(const ForwardBatch&, std::span<co
   fail("this model has no multi-token-prediction head (config.json num_nextn_predict_layers is 0)");
 }
 
-std::vector<float> LanguageModel::encode_vision(const ImagePatches&) {
+std::vector<float> LanguageModel::encode_vision(const ImagePatches&, ThreadPool&) {
   fail("this model takes no images or video (", config().architecture, " is a text model)");
 }
 

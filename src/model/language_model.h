@@ -11,6 +11,7 @@
 
 #include "model/config.h"
 #include "model/kv_cache.h"
+#include "util/thread_pool.h"
 #include "vision/preprocess.h"
 
 namespace ernie {
@@ -66,9 +67,10 @@ class LanguageModel {
   virtual std::span<const float> last_hidden_states() const { return {}; }
 
   // ERNIE-4.5-VL: the features [tokens, hidden_size] of one image or video, which the
-  // placeholder tokens of its block take as their input embeddings.
+  // placeholder tokens of its block take as their input embeddings. Runs its kernels on
+  // `pool`, not the forward pass's, so it may run on another thread beside forward().
   virtual bool has_vision() const { return false; }
-  virtual std::vector<float> encode_vision(const ImagePatches& patches);
+  virtual std::vector<float> encode_vision(const ImagePatches& patches, ThreadPool& pool);
 };
 
 }  // namespace ernie

@@ -61,7 +61,7 @@ struct Prompt {
 
 Image load_image(const std::string& path) { return decode_image(testing::read_bytes_file(path)); }
 
-Prompt build_prompt(LanguageModel& model, const json& request) {
+Prompt build_prompt(LanguageModel& model, ThreadPool& pool, const json& request) {
   const VlConfig& vl = *model.config().vl;
   Prompt prompt;
   for (const json& segment : request.at("segments")) {
@@ -88,7 +88,7 @@ Prompt build_prompt(LanguageModel& model, const json& request) {
     }
     const VisualGrid grid{patches.grid_t, patches.grid_h, patches.grid_w};
     prompt.grids.push_back(grid);
-    prompt.features.push_back(model.encode_vision(patches));
+    prompt.features.push_back(model.encode_vision(patches, pool));
     prompt.tokens.push_back(video ? vl.video_start_token_id : vl.image_start_token_id);
     prompt.tokens.insert(prompt.tokens.end(), static_cast<size_t>(visual_token_count(grid)), vl.im_patch_id);
     prompt.tokens.push_back(video ? vl.video_end_token_id : vl.image_end_token_id);
@@ -172,7 +172,7 @@ TEST_P(VlReferenceTest, ImagesAndVideoAgreeWithTheNumpyReference) {
     ASSERT_EQ(result.exit_code, 0) << command << "\n" << result.output;
     const json reference = json::parse(testing::read_file(out + "/tokens.json"));
 
-    const Prompt prompt = build_prompt(*model, vl_case.request);
+    const Prompt prompt = build_prompt(*model, pool, vl_case.request);
     // The token stream and its 3-D positions, exactly.
     EXPECT_EQ(prompt.tokens, reference.at("ids").get<std::vector<int32_t>>());
     std::vector<int32_t> positions;

@@ -31,7 +31,7 @@ int serve_command(int argc, char** argv) {
 
   LoadedEngine engine = load_engine(config.model_dir, config.engine, config.threads, config.tokenizer_dir);
   const GenerationConfig generation = load_generation_config(config.model_dir);
-  return serve_until_signalled(config, shutdown_signals, *engine.client, *engine.tokenizer, engine.model->config(), generation);
+  return serve_until_signalled(config, shutdown_signals, *engine.client, *engine.tokenizer, *engine.model, generation);
 }
 
 }  // namespace ernie

@@ -29,6 +29,26 @@ void end_turns_with_im_end(const std::string& dir) {
   std::ofstream(path) << generation.dump(2) << "\n";
 }
 
+// A VL checkpoint's config names its placeholder and marker ids: those the tokenizer gave
+// the markers.
+void point_config_at_vl_markers(const std::string& dir) {
+  const Tokenizer tokenizer = Tokenizer::load(dir);
+  const std::string path = dir + "/config.json";
+  std::ifstream in(path);
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(in);
+  for (const auto& [key, marker] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"im_patch_id", "<|IMAGE_PLACEHOLDER|>"},
+           {"image_start_token_id", "<|IMAGE_START|>"},
+           {"image_end_token_id", "<|IMAGE_END|>"},
+           {"video_start_token_id", "<|VIDEO_START|>"},
+           {"video_end_token_id", "<|VIDEO_END|>"}}) {
+    const std::optional<int32_t> id = tokenizer.token_id(marker);
+    if (!id) fail("internal: the synthetic tokenizer lacks ", marker);
+    config[key] = *id;
+  }
+  std::ofstream(path) << config.dump(2) << "\n";
+}
+
 }  // namespace
 namespace {
 
@@ -54,7 +74,7 @@ void apply_int_overrides(const ParsedArgs& args, SyntheticModelSpec& spec) {
 int synth_command(int argc, char** argv) {
   std::vector<OptionSpec> options = {
       {"out", "DIR", "directory to write (created if needed)", ""},
-      {"preset", "NAME", "base shape: tiny-dense, tiny-moe, 0.3b, 21b-a3b, moe-scaled", "tiny-dense"},
+      {"preset", "NAME", "base shape: tiny-dense, tiny-moe, 0.3b, 21b-a3b, moe-scaled, vl-tiny, vl-28b-layer", "tiny-dense"},
       {"layout", "pt|paddle", "checkpoint layout: PT (model.*, [out,in]) or Paddle (ernie.*, [in,out], fused)", "pt"},
       {"shards", "N", "number of safetensors shards (1 = model.safetensors)", "1"},
       {"seed", "S", "weights depend only on the seed and the shapes", "1"},
@@ -97,14 +117,22 @@ int synth_command(int argc, char** argv) {
     tokenizer.vocab_size = static_cast<int>(args.get_int("tokenizer-vocab"));
     if (tokenizer.vocab_size > spec.vocab_size)
       fail("--tokenizer-vocab (", tokenizer.vocab_size, ") exceeds the model's vocab (", spec.vocab_size, ")");
+    const bool vl = spec.vision_depth > 0;
+    if (args.flag("thinking-markers") && vl)
+      fail("--thinking-markers is the text Thinking model's format; a VL checkpoint gets the VL markers and template");
     if (args.flag("thinking-markers")) {
       tokenizer.extra_markers = ernie_thinking_markers();
       tokenizer.chat_template = std::string(ernie_thinking_chat_template());
     }
+    if (vl) {
+      tokenizer.extra_markers = ernie_vl_markers();
+      tokenizer.chat_template = std::string(ernie_vl_chat_template());
+    }
     write_synthetic_tokenizer(out, tokenizer);
     if (args.flag("thinking-markers")) end_turns_with_im_end(out);
+    if (vl) point_config_at_vl_markers(out);
   }
-  log_info("wrote a synthetic ", spec.num_experts > 0 ? "MoE" : "dense", " checkpoint (", layout_name, ", ", shards,
+  log_info("wrote a synthetic ", spec.vision_depth > 0 ? "VL" : spec.num_experts > 0 ? "MoE" : "dense", " checkpoint (", layout_name, ", ", shards,
            " shard(s)) to ", out, " in ", clock.seconds(), " s");
   return 0;
 }

@@ -113,6 +113,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
   struct Choice {
     std::string engine_id;
     std::vector<int32_t> prompt_ids;
+    std::shared_ptr<const MultimodalPrompt> multimodal;  // a VL prompt's encoded images
     std::string prompt_text;  // for echo, and prompt_tokens with return_token_ids
     std::string raw_text;   // everything generated, before any parser (completion_tokens)
     std::string text;       // content (all the text when no parser runs)
@@ -239,6 +240,7 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
     GenerateRequest engine_request;
     engine_request.id = choice.engine_id;
     engine_request.prompt = choice.prompt_ids;
+    engine_request.multimodal = choice.multimodal;
     engine_request.params = request_.params;
     if (engine_request.params.seed)
       engine_request.params.seed = (*engine_request.params.seed + choice.seed_offset) % (kMaxSeed + 1);
@@ -605,11 +607,11 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
 };
 
 OpenAiService::OpenAiService(const ServeConfig& config, EngineClient& engine, const Tokenizer& tokenizer,
-                             const ModelConfig& model, const GenerationConfig& generation)
+                             LanguageModel& language_model, const GenerationConfig& generation)
     : config_(config),
       engine_(engine),
       tokenizer_(tokenizer),
-      model_(model),
+      model_(language_model.config()),
       metrics_(cache_config_labels(config.engine, engine.stats())),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {
   defaults_.temperature = generation.temperature.value_or(defaults_.temperature);
@@ -618,7 +620,14 @@ OpenAiService::OpenAiService(const ServeConfig& config, EngineClient& engine, co
   const std::string source = config.chat_template.empty() ? tokenizer.chat_template() : config.chat_template;
   if (!source.empty()) chat_template_ = std::make_unique<ChatTemplate>(source, special_token_strings(tokenizer));
   else log_warning("the model has no chat template: /v1/chat/completions needs --chat-template or disable_chat_template");
-  eos_token_ids_ = end_token_ids(generation, model);
+  eos_token_ids_ = end_token_ids(generation, model_);
+  if (language_model.has_vision()) {
+    // Images are encoded on the requests' worker threads with a pool of their own (half
+    // the engine's threads, at least one), so decoding never waits for them.
+    vision_ = std::make_unique<VisionFrontend>(language_model, std::max<size_t>(1, config.threads / 2));
+    log_info("images: up to ", config.multimodal.max_images, " image(s) per prompt (--limit-mm-per-prompt), ",
+             config.multimodal.image.min_pixels, "..", config.multimodal.image.max_pixels, " pixels each after resizing");
+  }
   // No token is longer than the longest piece, so a text of more than this many bytes
   // holds more than max_model_len tokens (twice over, for tokenizers that fold a run of
   // unknown characters into one token) and is refused before any tokenizing.
@@ -830,7 +839,8 @@ std::vector<std::string> OpenAiService::shutdown(std::chrono::milliseconds wait)
   return cut_off;
 }
 
-std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest& request, std::string& rendered) const {
+std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest& request, std::string& rendered,
+                                                             std::shared_ptr<const MultimodalPrompt>& multimodal) const {
   if (request.kind == ApiKind::kCompletion) {
     std::vector<std::vector<int32_t>> prompts = request.prompt_ids;
     for (const std::string& text : request.prompt_texts) check_prompt_bytes(text, "prompt");
@@ -845,12 +855,24 @@ std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest
     check_prompt_bytes(rendered, "messages");
     return {tokenizer_.encode(rendered)};
   }
+  // Images first: a bad one is refused before any template work, and the template only
+  // runs for requests whose media are all readable.
+  const std::vector<MediaItem> media = collect_media(request.messages, config_.multimodal, vision_ != nullptr);
+  std::vector<EncodedVisual> encoded;
+  for (const MediaItem& item : media) {
+    try {
+      encoded.push_back(vision_->encode(item, config_.multimodal));
+    } catch (const Error& error) {
+      invalid_field(item.field, item.field + ": " + error.what());
+    }
+  }
   ChatTemplateInputs inputs;
   inputs.messages = request.messages;
   inputs.tools = request.tools;
   inputs.extra = request.chat_template_kwargs;
   // ernie_x1 models always think (FastDeploy turns enable_thinking on for this parser).
-  if (config_.reasoning_parser == ReasoningParser::kErnieX1 && !inputs.extra.contains("enable_thinking"))
+  // ERNIE-4.5-VL thinks unless asked not to (FastDeploy's default_thinking for the VL models).
+  if ((config_.reasoning_parser == ReasoningParser::kErnieX1 || model_.vl) && !inputs.extra.contains("enable_thinking"))
     inputs.extra["enable_thinking"] = true;
   if (request.chat_template_kwargs.contains("add_generation_prompt") &&
       request.chat_template_kwargs.at("add_generation_prompt").is_boolean())
@@ -874,7 +896,10 @@ std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest
                   std::string("the chat template could not be rendered: ") + error.what());
   }
   check_prompt_bytes(rendered, "messages");
-  return {tokenizer_.encode(rendered)};
+  if (media.empty()) return {tokenizer_.encode(rendered)};
+  std::vector<int32_t> tokens = tokenize_with_media(rendered, tokenizer_, media, encoded, model_.vl->im_patch_id);
+  multimodal = make_multimodal_prompt(tokens, model_.vl->im_patch_id, model_.hidden_size, std::move(encoded));
+  return {std::move(tokens)};
 }
 
 int OpenAiService::settle_logprob_count(const char* field, int count) const {
@@ -945,7 +970,8 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
       throw ApiException{{404, "The model `" + request.model + "` does not exist; this server serves `" +
                                    config_.model_name + "`", "invalid_request_error", "model"}};
     std::string rendered;
-    std::vector<std::vector<int32_t>> prompts = prompts_for(request, rendered);
+    std::shared_ptr<const MultimodalPrompt> multimodal;
+    std::vector<std::vector<int32_t>> prompts = prompts_for(request, rendered, multimodal);
     // Checked here, not only by the engine, so a stream never starts for a bad prompt.
     try {
       for (const auto& prompt : prompts) validate_prompt_tokens(prompt, model_.vocab_size);
@@ -977,6 +1003,7 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
       ResponseAssembler::Choice choice;
       choice.engine_id = engine_id + "-" + std::to_string(k);
       choice.prompt_ids = prompts[i];
+      choice.multimodal = multimodal;
       choice.seed_offset = k % n;
       if (k % n != 0 && config_.engine.prefix_caching) choice.after = k - k % n;
       // The prompt as text, for echo and for prompt_tokens: what the client sent or the

@@ -20,6 +20,7 @@
 #include "model/generation_config.h"
 #include "serving/http_server.h"
 #include "serving/metrics.h"
+#include "serving/multimodal_input.h"
 #include "serving/openai_protocol.h"
 #include "serving/output_parser.h"
 #include "serving/serve_config.h"
@@ -34,8 +35,9 @@ class ResponseAssembler;
 class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
  public:
   // Throws ernie::Error when a configured parser's markers are not single tokens.
-  OpenAiService(const ServeConfig& config, EngineClient& engine, const Tokenizer& tokenizer,
-                const ModelConfig& model, const GenerationConfig& generation);
+  // `model` is read for its config, and for ERNIE-4.5-VL encodes the requests' images.
+  OpenAiService(const ServeConfig& config, EngineClient& engine, const Tokenizer& tokenizer, LanguageModel& model,
+                const GenerationConfig& generation);
 
   // Routes one HTTP request of the main port.
   void handle(HttpRequest request, std::shared_ptr<HttpResponder> responder);
@@ -76,7 +78,9 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   bool submit_unless_paused(GenerateRequest request, EngineClient::OutputSink sink);
   HttpResponse control_response(const char* method);  // /v1/pause, /v1/resume, /v1/is_paused
   void check_prompt_bytes(const std::string& text, const char* field) const;
-  std::vector<std::vector<int32_t>> prompts_for(const OpenAiRequest& request, std::string& rendered_prompt) const;
+  // The prompts' tokens; for a chat request with images, also their encoded form.
+  std::vector<std::vector<int32_t>> prompts_for(const OpenAiRequest& request, std::string& rendered_prompt,
+                                                std::shared_ptr<const MultimodalPrompt>& multimodal) const;
   void finalize_params(OpenAiRequest& request, size_t prompt_length) const;
   // A logprob count (-1: the vocabulary) within --max-logprobs, or a 400 naming `field`.
   int settle_logprob_count(const char* field, int count) const;
@@ -88,6 +92,7 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   EngineClient& engine_;
   const Tokenizer& tokenizer_;
   const ModelConfig& model_;
+  std::unique_ptr<VisionFrontend> vision_;  // ERNIE-4.5-VL
   RequestDefaults defaults_;
   std::unique_ptr<ChatTemplate> chat_template_;
   ServingMetrics metrics_;

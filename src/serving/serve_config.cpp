@@ -84,8 +84,10 @@ std::vector<FlagInfo> serve_flags() {
       later("tensor-parallel-size", "N", "tensor parallelism over MPI arrives later; this server runs the whole model in one process"),
       later("splitwise-role", "ROLE", "prefill/decode disaggregation arrives later; this server runs as \"mixed\""),
       later("innode-prefill-ports", "PORTS", "prefill/decode disaggregation arrives later"),
-      later("limit-mm-per-prompt", "JSON", "images and video (ERNIE-4.5-VL) arrive later"),
-      later("mm-processor-kwargs", "JSON", "images and video (ERNIE-4.5-VL) arrive later"),
+      flag("limit-mm-per-prompt", "JSON", "most images and videos in one prompt, e.g. '{\"image\": 100, \"video\": 100}'",
+           "{\"image\": 16, \"video\": 2}"),
+      flag("mm-processor-kwargs", "JSON",
+           "image/video preprocessing: image_min_pixels, image_max_pixels, video_min_pixels, video_max_pixels"),
       later("guided-decoding-backend", "NAME", "structured output arrives later"),
       later("enable-expert-parallel", "", "expert parallelism arrives with tensor parallelism"),
       later("dynamic-load-weight", "", "weight hot-swapping is not supported"),
@@ -122,9 +124,7 @@ void check_choice(const std::string& flag_name, const std::string& value, const 
 
 // Checks the values of accepted-but-unimplemented flags, so a typo is caught today.
 void check_flag_value(const std::string& name, const std::string& value) {
-  if (name == "graph-optimization-config" || name == "model-loader-extra-config" || name == "limit-mm-per-prompt" ||
-      name == "mm-processor-kwargs")
-    require_json_object(name, value);
+  if (name == "graph-optimization-config" || name == "model-loader-extra-config") require_json_object(name, value);
   if (name == "splitwise-role") check_choice(name, value, {"mixed", "prefill", "decode"});
   if (name == "load-choices") check_choice(name, value, {"default", "default_v1", "new_loader", "dummy"});
   if (name == "guided-decoding-backend") check_choice(name, value, {"off", "auto", "xgrammar", "guidance"});
@@ -238,6 +238,7 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   if (config.graceful_shutdown_seconds < 0) fail("--timeout-graceful-shutdown must be >= 0");
   config.log_dir = env_or("FD_LOG_DIR", "log");
   config.threads = thread_count_from_flag(args.get_int("threads"));
+  config.multimodal = parse_multimodal_options(args.get("limit-mm-per-prompt"), args.get_optional("mm-processor-kwargs").value_or(""));
   config.engine = engine_config_from_args(args);
   if (max_waiting > 0) config.engine.max_waiting_time = max_waiting;
   const ModelConfig model = load_model_config(config.model_dir);

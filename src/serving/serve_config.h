@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/engine_config.h"
+#include "serving/multimodal_input.h"
 #include "serving/output_parser.h"
 
 namespace ernie {
@@ -31,6 +32,7 @@ struct ServeConfig {
   std::string log_dir = "log";        // FD_LOG_DIR
   int graceful_shutdown_seconds = 30; // --timeout-graceful-shutdown (0 in FastDeploy = unbounded; we bound it)
   size_t threads = 0;
+  MultimodalOptions multimodal;       // --limit-mm-per-prompt, --mm-processor-kwargs (ERNIE-4.5-VL)
   EngineConfig engine;
 };
 

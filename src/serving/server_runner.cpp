@@ -21,7 +21,7 @@ sigset_t block_shutdown_signals() {
 }
 
 int serve_until_signalled(const ServeConfig& config, const sigset_t& shutdown_signals, EngineClient& engine,
-                          const Tokenizer& tokenizer, const ModelConfig& model, const GenerationConfig& generation) {
+                          const Tokenizer& tokenizer, LanguageModel& model, const GenerationConfig& generation) {
   auto service = std::make_shared<OpenAiService>(config, engine, tokenizer, model, generation);
 
   HttpServerOptions options;

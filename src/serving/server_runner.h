@@ -20,6 +20,6 @@ sigset_t block_shutdown_signals();
 
 // Returns the exit status.
 int serve_until_signalled(const ServeConfig& config, const sigset_t& shutdown_signals, EngineClient& engine,
-                          const Tokenizer& tokenizer, const ModelConfig& model, const GenerationConfig& generation);
+                          const Tokenizer& tokenizer, LanguageModel& model, const GenerationConfig& generation);
 
 }  // namespace ernie

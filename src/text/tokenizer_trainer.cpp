@@ -74,6 +74,43 @@ constexpr std::string_view kErnieThinkingChatTemplate = R"jinja({%- set system =
 {%- endfor -%}
 {{- "<|im_start|>assistant\n<think>\n" -}})jinja";
 
+// ERNIE-4.5-VL's conversation format (spec §7.3, docs/vl-model-notes.md §9): image and
+// video parts become "Picture N:" / "Video N:" and a start marker, a placeholder the
+// server expands to the item's tokens, and an end marker, N counting across the whole
+// conversation; past reasoning is kept in <think> blocks; the generation prompt opens an
+// empty thought unless enable_thinking is true.
+constexpr std::string_view kErnieVlChatTemplate = R"jinja({%- set counts = namespace(image=0, video=0) -%}
+{{- "<|begin_of_sentence|>" -}}
+{%- for message in messages -%}
+{%- if message["role"] in ["system", "user"] -%}
+{%- if message["role"] == "user" -%}{{- "User: " -}}{%- endif -%}
+{%- if message["content"] is string -%}
+{{- message["content"] -}}
+{%- else -%}
+{%- for part in message["content"] -%}
+{%- if part["type"] == "text" -%}
+{{- part["text"] -}}
+{%- elif part["type"] in ["image_url", "image"] -%}
+{%- set counts.image = counts.image + 1 -%}
+{{- "Picture " ~ counts.image ~ ":<|IMAGE_START|><|image@placeholder|><|IMAGE_END|>" -}}
+{%- elif part["type"] in ["video_url", "video"] -%}
+{%- set counts.video = counts.video + 1 -%}
+{{- "Video " ~ counts.video ~ ":<|VIDEO_START|><|video@placeholder|><|VIDEO_END|>" -}}
+{%- endif -%}
+{%- endfor -%}
+{%- endif -%}
+{%- if message["role"] == "system" -%}{{- "\n" -}}{%- endif -%}
+{%- elif message["role"] == "assistant" -%}
+{{- "\nAssistant: " -}}
+{%- if message["reasoning_content"] -%}{{- "<think>\n" + message["reasoning_content"] + "\n</think>\n" -}}{%- endif -%}
+{{- (message["content"] or "") + "<|end_of_sentence|>" -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt is not defined or add_generation_prompt -%}
+{{- "\nAssistant: " -}}
+{%- if enable_thinking is defined and enable_thinking -%}{{- "<think>" -}}{%- else -%}{{- "<think>\n\n</think>\n\n" -}}{%- endif -%}
+{%- endif -%})jinja";
+
 // The special pieces that follow <unk> <s> </s>. <mask:2> and <mask:3> are absent, as
 // in the golden test models, so that the Thinking markers get ids 11..18 there and here.
 const std::vector<std::string>& builtin_special_pieces() {
@@ -238,6 +275,14 @@ const std::vector<std::string>& ernie_thinking_markers() {
   return markers;
 }
 
+const std::vector<std::string>& ernie_vl_markers() {
+  static const std::vector<std::string> markers = {"<think>",         "</think>",      "<|IMAGE_PLACEHOLDER|>",
+                                                   "<|IMAGE_START|>", "<|IMAGE_END|>", "<|VIDEO_START|>",
+                                                   "<|VIDEO_END|>"};
+  return markers;
+}
+
+std::string_view ernie_vl_chat_template() { return kErnieVlChatTemplate; }
 std::string_view ernie_text_chat_template() { return kErnieTextChatTemplate; }
 std::string_view ernie_thinking_chat_template() { return kErnieThinkingChatTemplate; }
 

@@ -32,6 +32,12 @@ void write_synthetic_tokenizer(const std::string& out_dir, const SyntheticTokeni
 // The ERNIE 4.5 Thinking markers, in the order that gives them ids 11..18.
 const std::vector<std::string>& ernie_thinking_markers();
 
+// ERNIE-4.5-VL's markers: <think>, </think>, then <|IMAGE_PLACEHOLDER|> and the image and
+// video start/end markers, in that order (consecutive ids).
+const std::vector<std::string>& ernie_vl_markers();
+// The ERNIE-4.5-VL conversation format (spec §7.3) with image and video parts.
+std::string_view ernie_vl_chat_template();
+
 // The chat template of the ERNIE 4.5 text models (0.3B, 21B-A3B, 300B).
 std::string_view ernie_text_chat_template();
 // The ERNIE-4.5-21B-A3B-Thinking format (reconstructed, spec §7.2), with tools.

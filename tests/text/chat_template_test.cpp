@@ -86,6 +86,28 @@ TEST(ErnieTextChatTemplate, JoinsTextContentParts) {
   EXPECT_EQ(t.render(inputs(messages)), "<|begin_of_sentence|>User: What is 2+2?\nAssistant: ");
 }
 
+// Ours for ERNIE-4.5-VL renders spec §7.3's example: pictures counted across the
+// conversation, an empty thought opened by default, <think> alone when thinking is on.
+TEST(ErnieVlChatTemplate, RendersTheSpecExample) {
+  const ChatTemplate t(std::string(ernie_vl_chat_template()), {});
+  const auto messages = ordered_json::parse(R"([
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}, {"type": "text", "text": "Describe the image."}]},
+    {"role": "assistant", "content": "A cat on a sofa."},
+    {"role": "user", "content": [{"type": "text", "text": "And this? "}, {"type": "image_url", "image_url": {"url": "data:,"}},
+                                 {"type": "video_url", "video_url": {"url": "data:,"}}]}])");
+  const std::string conversation =
+      "<|begin_of_sentence|>You are a helpful assistant.\n"
+      "User: Picture 1:<|IMAGE_START|><|image@placeholder|><|IMAGE_END|>Describe the image."
+      "\nAssistant: A cat on a sofa.<|end_of_sentence|>"
+      "User: And this? Picture 2:<|IMAGE_START|><|image@placeholder|><|IMAGE_END|>"
+      "Video 1:<|VIDEO_START|><|video@placeholder|><|VIDEO_END|>\nAssistant: ";
+  EXPECT_EQ(t.render(inputs(messages)), conversation + "<think>\n\n</think>\n\n");
+  ChatTemplateInputs thinking = inputs(messages);
+  thinking.extra["enable_thinking"] = true;
+  EXPECT_EQ(t.render(thinking), conversation + "<think>");
+}
+
 // The golden tiny-thinking template, and ours that `ernie synth --thinking-markers`
 // writes: both render spec §7.2's examples.
 std::vector<ChatTemplate> thinking_templates() {

@@ -171,6 +171,7 @@ std::vector<TemplateCase> template_cases() {
   cases.push_back({"ernie_tiny_thinking", {}, "tiny-thinking", ""});
   cases.push_back({"synth_text", {}, "", std::string(ernie_text_chat_template())});
   cases.push_back({"synth_thinking", {}, "", std::string(ernie_thinking_chat_template())});
+  cases.push_back({"synth_vl", {}, "", std::string(ernie_vl_chat_template())});
   return cases;
 }
 

@@ -48,7 +48,7 @@ int run(int argc, char** argv) {
                                std::move(scripts), end[0], std::chrono::milliseconds(script.value("step_delay_ms", 0)));
   auto engine = std::make_unique<Engine>(model, tokenizer, config.engine, /*num_blocks=*/4096, eos);
   EngineClient client(std::move(engine));
-  return serve_until_signalled(config, shutdown_signals, client, tokenizer, model.config(), generation);
+  return serve_until_signalled(config, shutdown_signals, client, tokenizer, model, generation);
 }
 
 }  // namespace

@@ -57,14 +57,24 @@ MultimodalOptions parse_multimodal_options(const std::string& limit_mm_per_promp
       else if (key == "image_max_pixels") options.image.max_pixels = positive_integer("mm-processor-kwargs", key, value, most_pixels);
       else if (key == "video_min_pixels") options.video.min_pixels = positive_integer("mm-processor-kwargs", key, value, most_pixels);
       else if (key == "video_max_pixels") options.video.max_pixels = positive_integer("mm-processor-kwargs", key, value, most_pixels);
-      else
+      else if (key == "video_min_frames") options.sampling.min_frames = static_cast<int>(positive_integer("mm-processor-kwargs", key, value, 10000));
+      else if (key == "video_max_frames") options.sampling.max_frames = static_cast<int>(positive_integer("mm-processor-kwargs", key, value, 10000));
+      else if (key == "video_fps") {
+        if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > 1000)
+          fail("--mm-processor-kwargs key \"video_fps\" must be a number in (0, 1000], got ", value.dump());
+        options.sampling.fps = value.get<double>();
+      } else
         fail("--mm-processor-kwargs key \"", key,
-             "\" is not known (image_min_pixels, image_max_pixels, video_min_pixels, video_max_pixels)");
+             "\" is not known (image_min_pixels, image_max_pixels, video_min_pixels, video_max_pixels, video_fps, "
+             "video_min_frames, video_max_frames)");
     }
   }
   for (const VisionPreprocessConfig* config : {&options.image, &options.video})
     if (config->min_pixels > config->max_pixels)
       fail("--mm-processor-kwargs: a minimum of ", config->min_pixels, " pixels exceeds the maximum of ", config->max_pixels);
+  if (options.sampling.max_frames > 0 && options.sampling.min_frames > options.sampling.max_frames)
+    fail("--mm-processor-kwargs: video_min_frames ", options.sampling.min_frames, " exceeds video_max_frames ",
+         options.sampling.max_frames);
   return options;
 }
 
@@ -105,11 +115,45 @@ std::vector<MediaItem> collect_media(const ordered_json& messages, const Multimo
 
 VisionFrontend::VisionFrontend(LanguageModel& model, size_t threads) : model_(model), pool_(threads) {}
 
-EncodedVisual VisionFrontend::encode(const MediaItem& item, const MultimodalOptions& options) {
-  if (item.kind == MediaItem::Kind::kVideo) fail("video input is not read yet by this server; send images");
+namespace {
+
+void check_budget(int64_t tokens, int64_t budget, const char* what) {
+  if (tokens > budget)
+    fail("the ", what, " becomes ", tokens, " tokens, more than the ", budget,
+         " left of --max-model-len; send it smaller (or raise the limit)");
+}
+
+ImagePatches video_patches(std::span<const uint8_t> bytes, const MultimodalOptions& options, int64_t budget) {
+  VideoLimits limits;
+  limits.frame = options.decode;
+  ResizedSize size;
+  std::vector<Image> frames;
+  const auto on_start = [&](const VideoInfo& info, size_t sampled) {
+    // One smart_resize for the whole clip, from its frame size (FastDeploy: frame 0's).
+    size = smart_resize(info.height, info.width, options.video);
+    const int64_t frames_in = static_cast<int64_t>(sampled + sampled % 2);
+    check_budget(visual_token_count({static_cast<int>(frames_in), size.height / 14, size.width / 14}), budget, "video");
+  };
+  const auto on_frame = [&](Image& frame, double) {
+    frames.push_back(resize_bicubic(frame, size.width, size.height));
+  };
+  decode_video_frames(bytes, options.sampling, limits, on_start, on_frame);
+  return patchify_frames(frames, options.video);
+}
+
+}  // namespace
+
+EncodedVisual VisionFrontend::encode(const MediaItem& item, const MultimodalOptions& options, int64_t token_budget) {
   const std::vector<uint8_t> bytes = fetch_media(item.url, options.fetch);
-  const Image image = decode_image(bytes, options.decode);
-  const ImagePatches patches = preprocess_image(image, options.image);
+  ImagePatches patches;
+  if (item.kind == MediaItem::Kind::kVideo) {
+    patches = video_patches(bytes, options, token_budget);
+  } else {
+    const Image image = decode_image(bytes, options.decode);
+    const ResizedSize size = smart_resize(image.height, image.width, options.image);
+    check_budget(visual_token_count({1, size.height / 14, size.width / 14}), token_budget, "image");
+    patches = preprocess_image(image, options.image);
+  }
   EncodedVisual encoded;
   encoded.grid = {patches.grid_t, patches.grid_h, patches.grid_w};
   encoded.content_hash = visual_content_hash(patches.grid_t, patches.grid_h, patches.grid_w, patches.values);

@@ -19,6 +19,7 @@
 #include "util/thread_pool.h"
 #include "vision/image.h"
 #include "vision/preprocess.h"
+#include "vision/video_decode.h"
 
 namespace ernie {
 
@@ -27,13 +28,15 @@ struct MultimodalOptions {
   int max_videos = 2;
   VisionPreprocessConfig image;  // pixel limits from --mm-processor-kwargs
   VisionPreprocessConfig video;
-  ImageLimits decode;            // what one encoded image may declare
+  ImageLimits decode;            // what one encoded image (or video frame) may declare
+  VideoSampling sampling;        // video_fps, video_min_frames, video_max_frames
   FetchLimits fetch;
 };
 
 // FastDeploy's flags: --limit-mm-per-prompt '{"image": 100, "video": 100}' and
 // --mm-processor-kwargs '{"image_min_pixels": ..., "image_max_pixels": ..., "video_min_pixels": ...,
-// "video_max_pixels": ...}'. Empty strings keep the defaults. Throws naming the flag and key.
+// "video_max_pixels": ..., "video_fps": ..., "video_min_frames": ..., "video_max_frames": ...}'. Empty
+// strings keep the defaults. Throws naming the flag and key.
 MultimodalOptions parse_multimodal_options(const std::string& limit_mm_per_prompt, const std::string& mm_processor_kwargs);
 
 struct MediaItem {
@@ -53,9 +56,10 @@ std::vector<MediaItem> collect_media(const nlohmann::ordered_json& messages, con
 class VisionFrontend {
  public:
   VisionFrontend(LanguageModel& model, size_t threads);
-  // Fetches, decodes, resizes and encodes the item. Throws ernie::Error saying what was
-  // wrong with it (the service answers 400 naming item.field).
-  EncodedVisual encode(const MediaItem& item, const MultimodalOptions& options);
+  // Fetches, decodes, resizes and encodes the item, refusing it before the vision encoder
+  // runs when it would become more than `token_budget` tokens. Throws ernie::Error saying
+  // what was wrong with it (the service answers 400 naming item.field).
+  EncodedVisual encode(const MediaItem& item, const MultimodalOptions& options, int64_t token_budget);
 
  private:
   LanguageModel& model_;

@@ -859,9 +859,11 @@ std::vector<std::vector<int32_t>> OpenAiService::prompts_for(const OpenAiRequest
   // runs for requests whose media are all readable.
   const std::vector<MediaItem> media = collect_media(request.messages, config_.multimodal, vision_ != nullptr);
   std::vector<EncodedVisual> encoded;
+  int64_t budget = config_.engine.max_model_len - 1;  // tokens the items may still take
   for (const MediaItem& item : media) {
     try {
-      encoded.push_back(vision_->encode(item, config_.multimodal));
+      encoded.push_back(vision_->encode(item, config_.multimodal, budget));
+      budget -= visual_token_count(encoded.back().grid);
     } catch (const Error& error) {
       invalid_field(item.field, item.field + ": " + error.what());
     }

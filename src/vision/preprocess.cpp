@@ -77,22 +77,31 @@ ImagePatches preprocess_image(const Image& image, const VisionPreprocessConfig& 
   return patches;
 }
 
+ImagePatches patchify_frames(std::span<const Image> frames, const VisionPreprocessConfig& config) {
+  if (frames.empty()) fail("a video needs at least one frame");
+  const int width = frames.front().width, height = frames.front().height;
+  if (width % config.factor() != 0 || height % config.factor() != 0)
+    fail("video frames of ", width, "x", height, " are not resized to multiples of ", config.factor());
+  ImagePatches patches;
+  patches.grid_t = static_cast<int>(frames.size() + frames.size() % 2);
+  patches.grid_h = height / config.patch_size;
+  patches.grid_w = width / config.patch_size;
+  patches.values.reserve(static_cast<size_t>(patches.num_patches() * 3 * config.patch_size * config.patch_size));
+  for (const Image& frame : frames) {
+    if (frame.width != width || frame.height != height) fail("video frames differ in size");
+    append_patches(frame, config, patches.values);
+  }
+  // An odd count is made even by repeating the last frame (FastDeploy's load_video).
+  if (frames.size() % 2 != 0) append_patches(frames.back(), config, patches.values);
+  return patches;
+}
+
 ImagePatches preprocess_video(std::span<const Image> frames, const VisionPreprocessConfig& config) {
   if (frames.empty()) fail("a video needs at least one frame");
   const ResizedSize size = smart_resize(frames.front().height, frames.front().width, config);
-  ImagePatches patches;
-  patches.grid_t = static_cast<int>(frames.size() + frames.size() % 2);
-  patches.grid_h = size.height / config.patch_size;
-  patches.grid_w = size.width / config.patch_size;
-  patches.values.reserve(static_cast<size_t>(patches.num_patches() * 3 * config.patch_size * config.patch_size));
-  for (const Image& frame : frames) append_patches(resize_bicubic(frame, size.width, size.height), config, patches.values);
-  if (frames.size() % 2 != 0) {
-    // An odd count is made even by repeating the last frame (FastDeploy's load_video).
-    const size_t frame_values = patches.values.size() / frames.size();
-    const std::vector<float> last(patches.values.end() - static_cast<std::ptrdiff_t>(frame_values), patches.values.end());
-    patches.values.insert(patches.values.end(), last.begin(), last.end());
-  }
-  return patches;
+  std::vector<Image> resized;
+  for (const Image& frame : frames) resized.push_back(resize_bicubic(frame, size.width, size.height));
+  return patchify_frames(resized, config);
 }
 
 }  // namespace ernie

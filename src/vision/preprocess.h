@@ -53,5 +53,8 @@ ImagePatches preprocess_image(const Image& image, const VisionPreprocessConfig& 
 // carries the video pixel limits), every frame resized to it, and an odd count made even
 // by repeating the last frame (FastDeploy). grid_t is the resulting frame count.
 ImagePatches preprocess_video(std::span<const Image> frames, const VisionPreprocessConfig& config);
+// The same for frames already resized to one smart_resize size (multiples of 28), so a
+// decoder can resize each frame as it comes and keep only the small copy.
+ImagePatches patchify_frames(std::span<const Image> resized_frames, const VisionPreprocessConfig& config);
 
 }  // namespace ernie

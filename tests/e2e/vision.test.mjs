@@ -18,6 +18,7 @@ import { startServer } from './server.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const seedFlags = ['--enable-mm', '--limit-mm-per-prompt', '{"image": 3, "video": 1}', '--reasoning-parser', 'ernie-45-vl',
+                   '--mm-processor-kwargs', '{"video_max_pixels": 9408, "video_min_pixels": 3136}',
                    '--quantization', 'wint8', '--max-num-seqs', '8', '--enable-prefix-caching'];
 let server, textServer, imageServer, imageBase, images;
 
@@ -86,6 +87,23 @@ test('two images stream an answer, and the next turn finds them in the prefix ca
                                            { type: 'text', text: 'What differs between the two pictures?' }] }];
   const different = await streamed(other, { max_tokens: 2 });
   assert.ok(different.usage.prompt_tokens_details.cached_tokens < 16, JSON.stringify(different.usage));
+});
+
+test('a video streams an answer, within the frame limits the flags set', async () => {
+  const video = { type: 'video_url', video_url: { url: `data:image/gif;base64,${readFileSync(path.join(images, 'clip.gif')).toString('base64')}` } };
+  const answer = await streamed([{ role: 'user', content: [video, { type: 'text', text: 'What happens?' }] }]);
+  assert.equal(answer.finish, 'length');
+  // 40 frames at 10 a second: 16 sampled (the minimum), 100x80 -> 112x84 (video_max_pixels
+  // 28*28*12): 8 pairs of 3x4 tokens.
+  const plain = await streamed([{ role: 'user', content: [{ type: 'text', text: 'What happens?' }] }], { max_tokens: 1 });
+  assert.ok(answer.usage.prompt_tokens - plain.usage.prompt_tokens >= 8 * 12, JSON.stringify(answer.usage));
+  const second = { type: 'video_url', video_url: { url: `${imageBase}/clip.gif` } };
+  await assert.rejects(client(server).chat.completions.create({ model: 'default', max_tokens: 1,
+                                                               messages: [{ role: 'user', content: [video, second] }] }),
+                       (error) => error.status === 400 && /more than 1 video/.test(error.message));
+  await assert.rejects(client(server).chat.completions.create({ model: 'default', max_tokens: 1, messages: [{ role: 'user',
+                         content: [{ type: 'video_url', video_url: { url: `data:video/mp4;base64,${Buffer.from('no video here').toString('base64')}` } }] }] }),
+                       (error) => error.status === 400 && /messages\[0\]\.content\[0\]: not a video/.test(error.message));
 });
 
 test('each image costs its smart_resize token count', async () => {

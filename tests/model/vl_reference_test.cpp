@@ -19,6 +19,7 @@
 #include "model/synthetic_checkpoint.h"
 #include "support/test_support.h"
 #include "vision/image.h"
+#include "vision/video_decode.h"
 
 namespace ernie {
 namespace {
@@ -34,6 +35,9 @@ struct VlCase {
 };
 
 std::vector<VlCase> cases(const std::string& images) {
+  // The reference reads the frames FastDeploy samples from clip.gif (as Pillow decodes
+  // them); we decode the GIF itself with FFmpeg and sample it.
+  const json clip_frames = json::parse(testing::read_file(images + "/clip_frames.json"));
   const auto text = [](std::initializer_list<int> ids) { return json{{"text", std::vector<int>(ids)}}; };
   const auto image = [&](const char* file) { return json{{"image", images + "/" + file}}; };
   json frames = json::array();
@@ -48,6 +52,9 @@ std::vector<VlCase> cases(const std::string& images) {
         {"greedy_tokens", 3}}},
       {"video", {{"segments", {text({1, 40}), json{{"video", frames}}, text({41, 42, 43})}},
                  {"video_min_pixels", 28 * 28 * 4}, {"video_max_pixels", 28 * 28 * 30}, {"greedy_tokens", 3}}},
+      {"video_file", {{"segments", {text({1, 50}), json{{"video", clip_frames}, {"video_file", images + "/clip.gif"}},
+                                    text({51, 52})}},
+                      {"video_min_pixels", 28 * 28 * 4}, {"video_max_pixels", 28 * 28 * 30}, {"greedy_tokens", 3}}},
   };
 }
 
@@ -79,7 +86,15 @@ Prompt build_prompt(LanguageModel& model, ThreadPool& pool, const json& request)
       config.max_pixels = request.value("image_max_pixels", config.max_pixels);
     }
     ImagePatches patches;
-    if (video) {
+    if (segment.contains("video_file")) {
+      std::vector<Image> frames;
+      ResizedSize size;
+      decode_video_frames(
+          testing::read_bytes_file(segment.at("video_file").get<std::string>()), VideoSampling{}, VideoLimits{},
+          [&](const VideoInfo& info, size_t) { size = smart_resize(info.height, info.width, config); },
+          [&](Image& frame, double) { frames.push_back(resize_bicubic(frame, size.width, size.height)); });
+      patches = patchify_frames(frames, config);
+    } else if (video) {
       std::vector<Image> frames;
       for (const json& file : segment.at("video")) frames.push_back(load_image(file.get<std::string>()));
       patches = preprocess_video(frames, config);

@@ -1,14 +1,21 @@
 """Writes the images of tests/model/vl_reference_test.cpp into OUT_DIR with Pillow:
 smooth colour fields with some structure (so resizing and attention have something to
-work on), in several sizes and aspect ratios, PNG and JPEG, and the frames of a short clip.
+work on), in several sizes and aspect ratios, PNG and JPEG, the frames of a short clip,
+and an animated GIF (40 frames at 10 a second) with the frames FastDeploy samples from it
+(tests/vision/video_reference.py's restatement), as Pillow decodes them, listed in
+clip_frames.json.
 
 Usage: vl_test_images.py OUT_DIR
 """
+import json
 import os
 import sys
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageSequence
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "vision"))
+from video_reference import frame_indices  # noqa: E402
 
 
 def picture(width, height, seed):
@@ -29,6 +36,18 @@ def main(out_dir):
     picture(400, 300, 4).save(os.path.join(out_dir, "big.png"))                 # shrunk by a low max_pixels
     for i in range(5):                                                          # an odd frame count
         picture(100, 80, 10 + i).save(os.path.join(out_dir, "frame%d.png" % i))
+    clip = [picture(100, 80, 100 + i) for i in range(40)]
+    gif = os.path.join(out_dir, "clip.gif")
+    clip[0].save(gif, save_all=True, append_images=clip[1:], duration=100, loop=0, optimize=False, disposal=1)
+    decoded = []
+    with Image.open(gif) as opened:
+        for i, frame in enumerate(ImageSequence.Iterator(opened)):
+            path = os.path.join(out_dir, "clip%02d.png" % i)
+            frame.convert("RGB").save(path)
+            decoded.append(path)
+    sampled = frame_indices(len(decoded), 10.0, 2.0, 16, 180)
+    with open(os.path.join(out_dir, "clip_frames.json"), "w") as f:
+        json.dump([decoded[i] for i in sampled], f)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 #include "serving/openai_protocol.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace ernie {
 namespace {
@@ -113,7 +114,13 @@ std::vector<MediaItem> collect_media(const ordered_json& messages, const Multimo
   return items;
 }
 
-VisionFrontend::VisionFrontend(LanguageModel& model, size_t threads) : model_(model), pool_(threads) {}
+VisionFrontend::VisionFrontend(LanguageModel& model, size_t threads) : model_(model), pool_(threads) {
+  try {
+    font_ = std::make_unique<TimestampFont>();
+  } catch (const Error& error) {
+    log_warning(error.what(), ": video frames go to the encoder without FastDeploy's timestamps");
+  }
+}
 
 namespace {
 
@@ -123,7 +130,10 @@ void check_budget(int64_t tokens, int64_t budget, const char* what) {
          " left of --max-model-len; send it smaller (or raise the limit)");
 }
 
-ImagePatches video_patches(std::span<const uint8_t> bytes, const MultimodalOptions& options, int64_t budget) {
+// The sampled frames, each with its time drawn on it (when the font is there) and then
+// resized, as FastDeploy's load_video and add_video do.
+ImagePatches video_patches(std::span<const uint8_t> bytes, const MultimodalOptions& options, int64_t budget,
+                           const TimestampFont* font) {
   VideoLimits limits;
   limits.frame = options.decode;
   ResizedSize size;
@@ -134,7 +144,8 @@ ImagePatches video_patches(std::span<const uint8_t> bytes, const MultimodalOptio
     const int64_t frames_in = static_cast<int64_t>(sampled + sampled % 2);
     check_budget(visual_token_count({static_cast<int>(frames_in), size.height / 14, size.width / 14}), budget, "video");
   };
-  const auto on_frame = [&](Image& frame, double) {
+  const auto on_frame = [&](Image& frame, double timestamp) {
+    if (font != nullptr) font->draw(frame, timestamp);
     frames.push_back(resize_bicubic(frame, size.width, size.height));
   };
   decode_video_frames(bytes, options.sampling, limits, on_start, on_frame);
@@ -147,7 +158,7 @@ EncodedVisual VisionFrontend::encode(const MediaItem& item, const MultimodalOpti
   const std::vector<uint8_t> bytes = fetch_media(item.url, options.fetch);
   ImagePatches patches;
   if (item.kind == MediaItem::Kind::kVideo) {
-    patches = video_patches(bytes, options, token_budget);
+    patches = video_patches(bytes, options, token_budget, font_.get());
   } else {
     const Image image = decode_image(bytes, options.decode);
     const ResizedSize size = smart_resize(image.height, image.width, options.image);

@@ -19,6 +19,7 @@
 #include "util/thread_pool.h"
 #include "vision/image.h"
 #include "vision/preprocess.h"
+#include "vision/timestamp_render.h"
 #include "vision/video_decode.h"
 
 namespace ernie {
@@ -63,6 +64,7 @@ class VisionFrontend {
 
  private:
   LanguageModel& model_;
+  std::unique_ptr<TimestampFont> font_;  // null when the font is missing: frames go undrawn
   std::mutex mutex_;  // one encoding at a time on pool_
   ThreadPool pool_;
 };

@@ -19,6 +19,7 @@
 #include "model/synthetic_checkpoint.h"
 #include "support/test_support.h"
 #include "vision/image.h"
+#include "vision/timestamp_render.h"
 #include "vision/video_decode.h"
 
 namespace ernie {
@@ -35,8 +36,9 @@ struct VlCase {
 };
 
 std::vector<VlCase> cases(const std::string& images) {
-  // The reference reads the frames FastDeploy samples from clip.gif (as Pillow decodes
-  // them); we decode the GIF itself with FFmpeg and sample it.
+  // The reference reads the frames FastDeploy samples from clip.gif, as Pillow decodes
+  // them, with their timestamps drawn; we decode the GIF itself with FFmpeg, sample it
+  // and draw the timestamps.
   const json clip_frames = json::parse(testing::read_file(images + "/clip_frames.json"));
   const auto text = [](std::initializer_list<int> ids) { return json{{"text", std::vector<int>(ids)}}; };
   const auto image = [&](const char* file) { return json{{"image", images + "/" + file}}; };
@@ -70,6 +72,7 @@ Image load_image(const std::string& path) { return decode_image(testing::read_by
 
 Prompt build_prompt(LanguageModel& model, ThreadPool& pool, const json& request) {
   const VlConfig& vl = *model.config().vl;
+  static const TimestampFont font;
   Prompt prompt;
   for (const json& segment : request.at("segments")) {
     if (segment.contains("text")) {
@@ -92,7 +95,10 @@ Prompt build_prompt(LanguageModel& model, ThreadPool& pool, const json& request)
       decode_video_frames(
           testing::read_bytes_file(segment.at("video_file").get<std::string>()), VideoSampling{}, VideoLimits{},
           [&](const VideoInfo& info, size_t) { size = smart_resize(info.height, info.width, config); },
-          [&](Image& frame, double) { frames.push_back(resize_bicubic(frame, size.width, size.height)); });
+          [&](Image& frame, double timestamp) {
+            font.draw(frame, timestamp);
+            frames.push_back(resize_bicubic(frame, size.width, size.height));
+          });
       patches = patchify_frames(frames, config);
     } else if (video) {
       std::vector<Image> frames;

@@ -2,8 +2,8 @@
 smooth colour fields with some structure (so resizing and attention have something to
 work on), in several sizes and aspect ratios, PNG and JPEG, the frames of a short clip,
 and an animated GIF (40 frames at 10 a second) with the frames FastDeploy samples from it
-(tests/vision/video_reference.py's restatement), as Pillow decodes them, listed in
-clip_frames.json.
+(tests/vision/video_reference.py's restatement), as Pillow decodes them and with their
+timestamps drawn (tests/vision/timestamp_reference.py), listed in clip_frames.json.
 
 Usage: vl_test_images.py OUT_DIR
 """
@@ -16,6 +16,9 @@ from PIL import Image, ImageSequence
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "vision"))
 from video_reference import frame_indices  # noqa: E402
+from timestamp_reference import render, timestamp_converting  # noqa: E402
+
+FONT = "/usr/share/fonts/truetype/roboto/unhinted/RobotoTTF/Roboto-Regular.ttf"
 
 
 def picture(width, height, seed):
@@ -39,15 +42,18 @@ def main(out_dir):
     clip = [picture(100, 80, 100 + i) for i in range(40)]
     gif = os.path.join(out_dir, "clip.gif")
     clip[0].save(gif, save_all=True, append_images=clip[1:], duration=100, loop=0, optimize=False, disposal=1)
-    decoded = []
     with Image.open(gif) as opened:
-        for i, frame in enumerate(ImageSequence.Iterator(opened)):
-            path = os.path.join(out_dir, "clip%02d.png" % i)
-            frame.convert("RGB").save(path)
-            decoded.append(path)
-    sampled = frame_indices(len(decoded), 10.0, 2.0, 16, 180)
+        decoded = [frame.convert("RGB") for frame in ImageSequence.Iterator(opened)]
+    # FastDeploy's load_video: the sampled frames, each with its time drawn on it.
+    vlen, fps = len(decoded), 10.0
+    duration = vlen / fps
+    paths = []
+    for index in frame_indices(vlen, fps, 2.0, 16, 180):
+        path = os.path.join(out_dir, "clip%02d.png" % index)
+        render(decoded[index], "time: " + timestamp_converting(index * duration / vlen), FONT).save(path)
+        paths.append(path)
     with open(os.path.join(out_dir, "clip_frames.json"), "w") as f:
-        json.dump([decoded[i] for i in sampled], f)
+        json.dump(paths, f)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,23 @@ int64_t positive_integer(const char* flag, const std::string& key, const nlohman
   return value.get<int64_t>();
 }
 
+// A video_url's own sampling options.
+void read_video_options(const ordered_json& video, MediaItem& item) {
+  if (video.contains("fps")) {
+    const ordered_json& fps = video.at("fps");
+    if (!fps.is_number() || !(fps.get<double>() > 0) || fps.get<double>() > 1000)
+      invalid_field(item.field, item.field + ": video_url.fps must be a number in (0, 1000], got " + fps.dump());
+    item.fps = fps.get<double>();
+  }
+  for (const auto& [key, target] : {std::pair{"min_frames", &item.min_frames}, std::pair{"max_frames", &item.max_frames}}) {
+    if (!video.contains(key)) continue;
+    const ordered_json& value = video.at(key);
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > 10000)
+      invalid_field(item.field, item.field + ": video_url." + key + " must be an integer in 0..10000, got " + value.dump());
+    *target = value.get<int>();
+  }
+}
+
 }  // namespace
 
 MultimodalOptions parse_multimodal_options(const std::string& limit_mm_per_prompt, const std::string& mm_processor_kwargs) {
@@ -103,6 +120,7 @@ std::vector<MediaItem> collect_media(const ordered_json& messages, const Multimo
       item.kind = type == "image_url" ? MediaItem::Kind::kImage : MediaItem::Kind::kVideo;
       item.url = url->get<std::string>();
       item.field = field;
+      if (item.kind == MediaItem::Kind::kVideo && part.at(type).is_object()) read_video_options(part.at(type), item);
       const bool image = item.kind == MediaItem::Kind::kImage;
       if ((image ? ++images : ++videos) > (image ? options.max_images : options.max_videos))
         invalid_field(field, std::string("the request has more than ") +
@@ -158,7 +176,11 @@ EncodedVisual VisionFrontend::encode(const MediaItem& item, const MultimodalOpti
   const std::vector<uint8_t> bytes = fetch_media(item.url, options.fetch);
   ImagePatches patches;
   if (item.kind == MediaItem::Kind::kVideo) {
-    patches = video_patches(bytes, options, token_budget, font_.get());
+    MultimodalOptions own = options;
+    own.sampling.fps = item.fps.value_or(options.sampling.fps);
+    own.sampling.min_frames = item.min_frames.value_or(options.sampling.min_frames);
+    own.sampling.max_frames = item.max_frames.value_or(options.sampling.max_frames);
+    patches = video_patches(bytes, own, token_budget, font_.get());
   } else {
     const Image image = decode_image(bytes, options.decode);
     const ResizedSize size = smart_resize(image.height, image.width, options.image);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,10 @@ struct MediaItem {
   enum class Kind { kImage, kVideo } kind = Kind::kImage;
   std::string url;
   std::string field;  // e.g. messages[1].content[0], for error messages
+  // A video part's own "fps", "min_frames", "max_frames" (FastDeploy reads them from the
+  // item), over the server's --mm-processor-kwargs.
+  std::optional<double> fps = std::nullopt;
+  std::optional<int> min_frames = std::nullopt, max_frames = std::nullopt;
 };
 
 // The image_url and video_url parts of the messages, in order. Throws ApiException (400)

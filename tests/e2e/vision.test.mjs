@@ -68,23 +68,25 @@ async function streamed(messages, extra = {}) {
   return result;
 }
 
-test('two images stream an answer, and the next turn finds them in the prefix cache', async () => {
-  const first = [{ role: 'user', content: [image(dataUrl('wide.jpg', 'image/jpeg')), image(`${imageBase}/tall.png`),
-                                           { type: 'text', text: 'What differs between the two pictures?' }] }];
+test('two images and a video stream an answer, and the next turn finds them in the prefix cache', async () => {
+  const clip = { type: 'video_url', video_url: { url: `${imageBase}/clip.gif`, max_frames: 8 } };
+  const first = [{ role: 'user', content: [image(dataUrl('wide.jpg', 'image/jpeg')), image(`${imageBase}/tall.png`), clip,
+                                           { type: 'text', text: 'What differs between the two pictures and the clip?' }] }];
   const answer = await streamed(first);
   assert.equal(answer.finish, 'length');
   assert.ok(answer.reasoning.length + answer.content.length > 0, 'some text streams');
-  assert.ok(answer.usage.prompt_tokens > 55 + 27, `the images' 82 tokens are in the prompt (${answer.usage.prompt_tokens})`);
+  // 55 + 27 image tokens, and the clip's 8 frames (its own max_frames) of 3x4 tokens in pairs.
+  assert.ok(answer.usage.prompt_tokens > 55 + 27 + 4 * 12, `the media's tokens are in the prompt (${answer.usage.prompt_tokens})`);
 
   // The same conversation continued: everything up to the new turn is cached.
   const second = [...first, { role: 'assistant', content: answer.content || 'Nothing.' },
                   { role: 'user', content: 'And which one is taller?' }];
   const next = await streamed(second);
-  assert.ok(next.usage.prompt_tokens_details.cached_tokens >= 64, JSON.stringify(next.usage));
+  assert.ok(next.usage.prompt_tokens_details.cached_tokens >= answer.usage.prompt_tokens - 64, JSON.stringify(next.usage));
 
   // The same text with another picture of the same size: its blocks are not reused.
-  const other = [{ role: 'user', content: [image(dataUrl('big.png')), image(`${imageBase}/tall.png`),
-                                           { type: 'text', text: 'What differs between the two pictures?' }] }];
+  const other = [{ role: 'user', content: [image(dataUrl('big.png')), image(`${imageBase}/tall.png`), clip,
+                                           { type: 'text', text: 'What differs between the two pictures and the clip?' }] }];
   const different = await streamed(other, { max_tokens: 2 });
   assert.ok(different.usage.prompt_tokens_details.cached_tokens < 16, JSON.stringify(different.usage));
 });

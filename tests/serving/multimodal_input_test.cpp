@@ -63,6 +63,16 @@ TEST(CollectMedia, FindsImageAndVideoPartsInOrderWithinTheLimits) {
               HasSubstr("messages[3].content[1]: the request has more than 1 image(s)"));
   EXPECT_THAT(api_error([&] { collect_media(messages, parse_multimodal_options("", ""), false); }),
               HasSubstr("messages[1].content[1]: this model reads text only"));
+  const auto with_options = ordered_json::parse(
+      R"([{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "data:1", "fps": 1.5, "max_frames": 8}}]}])");
+  const MediaItem video = collect_media(with_options, parse_multimodal_options("", ""), true).at(0);
+  EXPECT_EQ(video.fps, 1.5);
+  EXPECT_EQ(video.max_frames, 8);
+  EXPECT_FALSE(video.min_frames.has_value());
+  const auto bad_fps = ordered_json::parse(
+      R"([{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "data:1", "fps": 0}}]}])");
+  EXPECT_THAT(api_error([&] { collect_media(bad_fps, parse_multimodal_options("", ""), true); }),
+              HasSubstr("video_url.fps must be a number in (0, 1000]"));
   const auto no_url = ordered_json::parse(R"([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": 7}}]}])");
   EXPECT_THAT(api_error([&] { collect_media(no_url, parse_multimodal_options("", ""), true); }), HasSubstr("needs {\"image_url\""));
 }

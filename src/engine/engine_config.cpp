@@ -5,6 +5,7 @@
 
 #include "engine/kv_block_pool.h"
 #include "util/error.h"
+#include "util/json_flag.h"
 #include "util/log.h"
 
 namespace ernie {
@@ -13,13 +14,7 @@ EarlyStopConfig parse_early_stop_config(bool flag, const std::optional<std::stri
   EarlyStopConfig config;
   config.enabled = flag;
   if (!json_text) return config;
-  nlohmann::json parsed;
-  try {
-    parsed = nlohmann::json::parse(*json_text);
-  } catch (const nlohmann::json::exception&) {
-    fail("--early-stop-config expects a JSON object, got \"", *json_text, "\"");
-  }
-  if (!parsed.is_object()) fail("--early-stop-config expects a JSON object, got ", parsed.dump());
+  const nlohmann::json parsed = parse_json_object_flag("early-stop-config", *json_text);
   for (const auto& [key, value] : parsed.items()) {
     if (key == "enable_early_stop") {
       if (!value.is_boolean()) fail("--early-stop-config: enable_early_stop must be true or false, got ", value.dump());

@@ -2,6 +2,7 @@
 
 #include "serving/openai_protocol.h"
 #include "util/error.h"
+#include "util/json_flag.h"
 #include "util/log.h"
 
 namespace ernie {
@@ -12,16 +13,6 @@ using nlohmann::ordered_json;
 constexpr const char* kImageMarker = "<|image@placeholder|>";
 constexpr const char* kVideoMarker = "<|video@placeholder|>";
 
-nlohmann::json parse_flag_object(const char* flag, const std::string& text) {
-  nlohmann::json parsed;
-  try {
-    parsed = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    fail("--", flag, " expects a JSON object, got \"", text, "\" (", error.what(), ")");
-  }
-  if (!parsed.is_object()) fail("--", flag, " expects a JSON object, got ", parsed.dump());
-  return parsed;
-}
 
 int64_t positive_integer(const char* flag, const std::string& key, const nlohmann::json& value, int64_t most) {
   if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > most)
@@ -54,7 +45,7 @@ MultimodalOptions parse_multimodal_options(const std::string& limit_mm_per_promp
   options.video.min_pixels = 299LL * 28 * 28;
   options.video.max_pixels = 1196LL * 28 * 28;
   if (!limit_mm_per_prompt.empty()) {
-    const nlohmann::json limits = parse_flag_object("limit-mm-per-prompt", limit_mm_per_prompt);
+    const nlohmann::json limits = parse_json_object_flag("limit-mm-per-prompt", limit_mm_per_prompt);
     for (auto it = limits.begin(); it != limits.end(); ++it) {
       const std::string& key = it.key();
       const nlohmann::json& value = it.value();
@@ -67,7 +58,7 @@ MultimodalOptions parse_multimodal_options(const std::string& limit_mm_per_promp
   if (!mm_processor_kwargs.empty()) {
     // A picture may not exceed what the decoder accepts anyway.
     const int64_t most_pixels = options.decode.max_pixels;
-    const nlohmann::json kwargs = parse_flag_object("mm-processor-kwargs", mm_processor_kwargs);
+    const nlohmann::json kwargs = parse_json_object_flag("mm-processor-kwargs", mm_processor_kwargs);
     for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
       const std::string& key = it.key();
       const nlohmann::json& value = it.value();

@@ -12,6 +12,7 @@
 #include "cli/model_loading.h"
 #include "serving/output_parser.h"
 #include "util/error.h"
+#include "util/json_flag.h"
 #include "util/log.h"
 #include "util/text_file.h"
 
@@ -103,15 +104,6 @@ std::string env_or(const char* name, const std::string& fallback) {
   return value != nullptr && *value != '\0' ? std::string(value) : fallback;
 }
 
-void require_json_object(const std::string& flag_name, const std::string& text) {
-  nlohmann::json parsed;
-  try {
-    parsed = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    fail("--", flag_name, " expects a JSON object, got \"", text, "\" (", error.what(), ")");
-  }
-  if (!parsed.is_object()) fail("--", flag_name, " expects a JSON object, got ", parsed.dump());
-}
 
 void check_choice(const std::string& flag_name, const std::string& value, const std::vector<std::string>& valid) {
   std::string listed;
@@ -124,7 +116,7 @@ void check_choice(const std::string& flag_name, const std::string& value, const 
 
 // Checks the values of accepted-but-unimplemented flags, so a typo is caught today.
 void check_flag_value(const std::string& name, const std::string& value) {
-  if (name == "graph-optimization-config" || name == "model-loader-extra-config") require_json_object(name, value);
+  if (name == "graph-optimization-config" || name == "model-loader-extra-config") parse_json_object_flag(name, value);
   if (name == "splitwise-role") check_choice(name, value, {"mixed", "prefill", "decode"});
   if (name == "load-choices") check_choice(name, value, {"default", "default_v1", "new_loader", "dummy"});
   if (name == "guided-decoding-backend") check_choice(name, value, {"off", "auto", "xgrammar", "guidance"});

@@ -69,13 +69,14 @@ std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, T
            config.moe ? ", MoE" : "", model->weights().mtp.empty() ? "" : ", with MTP", ") from ", report.num_files,
            " file(s), ", report.tensor_bytes / 1e6, " MB of tensors in ", report.seconds, " s; peak RSS ",
            peak_rss_bytes() / 1e6, " MB");
-  if (quantization.quantizes_weights() || quantization.kv_cache != KvStorage::kF32) {
+  if (quantization.quantizes_weights()) {
     log_info("quantization: ", quantization.describe(), "; weights now ", report.weight_bytes / 1e6, " MB (quantized in ",
              report.quantize_seconds, " s)");
     if (report.kept_dense > 0)
       log_warning(report.kept_dense, " weight matrices stay bf16: their input width is not a multiple of 32, which the "
                "integer formats need");
   }
+  else if (quantization.kv_cache != KvStorage::kF32) log_info("KV cache in ", kv_storage_name(quantization.kv_cache));
   return model;
 }
 

@@ -106,7 +106,10 @@ int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_
   log_info("KV cache: total_block_num ", blocks, " blocks of ", config.block_size, " tokens = ",
            static_cast<int64_t>(blocks) * config.block_size, " tokens, ",
            static_cast<double>(block_bytes) * blocks / (1 << 30), " GiB (",
-           kv_row_bytes >= static_cast<size_t>(model.kv_width()) * sizeof(float) ? "fp32" : "int8", ")");
+           kv_row_bytes >= static_cast<size_t>(model.kv_width()) * sizeof(float)      ? "fp32"
+           : kv_row_bytes == static_cast<size_t>(model.kv_width()) * sizeof(uint16_t) ? "bf16"
+                                                                                       : "int8",
+           ")");
   return blocks;
 }
 

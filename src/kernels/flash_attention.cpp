@@ -9,6 +9,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/fast_exp.h"
+#include "tensor/dtype.h"
 
 // The vector helpers below are always inlined into functions compiled for one ISA, so
 // the calling-convention note GCC gives for vector arguments never applies.
@@ -25,14 +26,33 @@ size_t int8_scales_offset(int kv_heads, int head_dim) {
 
 }  // namespace
 
+const char* kv_storage_name(KvStorage storage) {
+  switch (storage) {
+    case KvStorage::kF32: return "fp32";
+    case KvStorage::kInt8: return "int8";
+    case KvStorage::kBF16: return "bf16";
+  }
+  return "?";
+}
+
 size_t kv_row_bytes(KvStorage storage, int kv_heads, int head_dim) {
-  if (storage == KvStorage::kF32) return static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim) * sizeof(float);
+  const size_t values = static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim);
+  if (storage == KvStorage::kF32) return values * sizeof(float);
+  if (storage == KvStorage::kBF16) return values * sizeof(uint16_t);
   return int8_scales_offset(kv_heads, head_dim) + static_cast<size_t>(kv_heads) * sizeof(float);
 }
 
 void store_kv_row(const float* values, int kv_heads, int head_dim, KvStorage storage, void* row) {
   if (storage == KvStorage::kF32) {
     std::memcpy(row, values, kv_row_bytes(storage, kv_heads, head_dim));
+    return;
+  }
+  if (storage == KvStorage::kBF16) {
+    const size_t count = static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim);
+    for (size_t i = 0; i < count; ++i) {
+      const uint16_t bits = f32_to_bf16(values[i]);
+      std::memcpy(static_cast<uint8_t*>(row) + 2 * i, &bits, sizeof bits);
+    }
     return;
   }
   auto* codes = static_cast<int8_t*>(row);
@@ -55,6 +75,10 @@ void store_kv_row(const float* values, int kv_heads, int head_dim, KvStorage sto
 void load_kv_row(const void* row, int kv_heads, int head_dim, KvStorage storage, float* values) {
   if (storage == KvStorage::kF32) {
     std::memcpy(values, row, kv_row_bytes(storage, kv_heads, head_dim));
+    return;
+  }
+  if (storage == KvStorage::kBF16) {
+    convert_to_f32(DType::kBF16, row, values, static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim));
     return;
   }
   const auto* codes = static_cast<const int8_t*>(row);
@@ -369,6 +393,15 @@ ERNIE_INLINE void stage_row(const Problem& p, const void* row, int padded, float
   if (p.storage == KvStorage::kF32) {
     const float* src = static_cast<const float*>(row) + static_cast<size_t>(p.kv_head) * hd;
     std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(hd));
+  } else if (p.storage == KvStorage::kBF16) {
+    // bf16 is the top half of an fp32: widening is a shift, which vectorises.
+    const auto* __restrict bits = static_cast<const uint8_t*>(row) + sizeof(uint16_t) * static_cast<size_t>(p.kv_head) * hd;
+    for (int d = 0; d < hd; ++d) {
+      uint16_t half;
+      std::memcpy(&half, bits + 2 * d, sizeof half);
+      const uint32_t word = static_cast<uint32_t>(half) << 16;
+      std::memcpy(dst + d, &word, sizeof word);
+    }
   } else {
     const int8_t* __restrict codes = static_cast<const int8_t*>(row) + static_cast<size_t>(p.kv_head) * hd;
     float scale;

@@ -18,7 +18,10 @@ namespace ernie {
 //   kInt8: int8_t[kv_heads * head_dim], then at the next 4-byte aligned offset float[kv_heads]
 //          scales; element = int8 * scale[head], scale = max|x| / 127 over that head's
 //          head_dim values (an all-zero head has scale 0).
-enum class KvStorage : uint8_t { kF32, kInt8 };
+//   kBF16: bfloat16[kv_heads * head_dim], rounded to nearest even (the serving default:
+//          FastDeploy's cache dtype, half fp32's bytes and read traffic).
+enum class KvStorage : uint8_t { kF32, kInt8, kBF16 };
+const char* kv_storage_name(KvStorage storage);  // "fp32", "int8", "bf16"
 
 size_t kv_row_bytes(KvStorage storage, int kv_heads, int head_dim);
 // Writes one row from fp32 values [kv_heads * head_dim] in the given storage.

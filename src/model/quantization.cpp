@@ -1,5 +1,7 @@
 #include "model/quantization.h"
 
+#include <optional>
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -28,12 +30,15 @@ WeightFormat weight_format_or_fail(std::string_view name, std::string_view what)
   fail(what, " \"", name, "\" is not a quantization ernie.cpp knows; use ", kAccepted);
 }
 
-KvStorage kv_storage_or_fail(std::string_view name) {
+// nullopt: not named (the caller's default applies).
+std::optional<KvStorage> kv_storage_or_fail(std::string_view name) {
+  if (name.empty() || name == "none") return std::nullopt;
   if (name == "int8") return KvStorage::kInt8;
-  if (name.empty() || name == "none" || name == "float32") return KvStorage::kF32;
+  if (name == "float32" || name == "fp32") return KvStorage::kF32;
+  if (name == "bfloat16" || name == "bf16") return KvStorage::kBF16;
   fail("kv_cache_quant_type \"", name,
-       "\" is not supported; ernie.cpp keeps the KV cache in fp32 or, with \"int8\", in int8 with one dynamic scale "
-       "per token and kv head");
+       "\" is not supported; ernie.cpp keeps the KV cache in \"bfloat16\", \"float32\" or \"int8\" (one dynamic "
+       "scale per token and kv head)");
 }
 
 std::string string_field(const nlohmann::json& object, const char* key) {
@@ -63,7 +68,7 @@ bool QuantizationPlan::quantizes_weights() const {
 
 std::string QuantizationPlan::describe() const {
   return str_cat("dense layers ", weight_format_name(dense), ", experts ", weight_format_name(experts), ", LM head ",
-                 weight_format_name(head), ", KV cache ", kv_cache == KvStorage::kInt8 ? "int8" : "fp32");
+                 weight_format_name(head), ", KV cache ", kv_storage_name(kv_cache));
 }
 
 QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& config, bool quantize_head) {
@@ -84,7 +89,8 @@ QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& c
     const std::string scheme = string_field(object, "quantization");
     if (!scheme.empty() && scheme != "mix_quant") {
       QuantizationPlan plan = uniform(weight_format_or_fail(scheme, "--quantization"), quantize_head);
-      plan.kv_cache = kv_storage_or_fail(string_field(object, "kv_cache_quant_type"));
+      plan.kv_cache_named = kv_storage_or_fail(string_field(object, "kv_cache_quant_type"));
+      plan.kv_cache = plan.kv_cache_named.value_or(plan.kv_cache);
       return plan;
     }
     QuantizationPlan plan;
@@ -92,7 +98,8 @@ QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& c
     const std::string moe = string_field(object, "moe_quant_type");
     plan.experts = moe.empty() ? plan.dense : weight_format_or_fail(moe, "moe_quant_type");
     plan.head = head_format(plan.dense, quantize_head);
-    plan.kv_cache = kv_storage_or_fail(string_field(object, "kv_cache_quant_type"));
+    plan.kv_cache_named = kv_storage_or_fail(string_field(object, "kv_cache_quant_type"));
+    plan.kv_cache = plan.kv_cache_named.value_or(plan.kv_cache);
     return plan;
   }
   const WeightFormat format = weight_format_or_fail(value, "--quantization");

@@ -6,12 +6,14 @@
 //                   rule, dense layers wint8 and routed experts wint4
 //   block_wise_fp8  every Linear FP8 e4m3 with 128x128 block scales
 //   {"quantization":"mix_quant","dense_quant_type":..,"moe_quant_type":..,
-//    "kv_cache_quant_type":"int8"}   per-part choice, FastDeploy's JSON form
+//    "kv_cache_quant_type":"int8"}   per-part choice, FastDeploy's JSON form; the KV cache
+//                   may also be "bfloat16" (the engine's default) or "float32"
 // The embedding stays bf16 and the router fp32. Unlike FastDeploy, the LM head is
 // quantized too (int8, or fp8 under block_wise_fp8): on a CPU decode streams it every
 // token and it is a third of the 0.3B model; ERNIE_QUANTIZE_LM_HEAD=0 keeps it bf16.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -28,6 +30,9 @@ struct QuantizationPlan {
   WeightFormat experts = WeightFormat::kDense;  // routed MoE experts
   WeightFormat head = WeightFormat::kDense;     // the LM head
   KvStorage kv_cache = KvStorage::kF32;
+  // kv_cache_quant_type as the flag named it; unset, the caller's default applies
+  // (the engine's is bf16, the numerics tools' fp32).
+  std::optional<KvStorage> kv_cache_named;
 
   bool quantizes_weights() const;
   // e.g. "dense wint8, experts wint4, LM head wint8, KV cache int8".

@@ -158,7 +158,7 @@ TEST(CliBenchTest, QuantizedBenchRunsAndSaysSo) {
   const auto result = run_shell(ernie("bench --model " + testing::golden_model_dir("tiny-moe") +
                                       " --pp 32 --tg 4 --quantization wint4 --json"));
   ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_THAT(result.output, HasSubstr("quantization: dense layers wint8, experts wint4, LM head wint8, KV cache fp32"));
+  EXPECT_THAT(result.output, HasSubstr("quantization: dense layers wint8, experts wint4, LM head wint8, KV cache bf16"));
   const nlohmann::json json = last_line_json(result.output);
   EXPECT_EQ(json.at("quantization"), "wint4");
   EXPECT_GT(json.at("tg_tokens_per_s").get<double>(), 0.0);

@@ -93,6 +93,8 @@ function fastdeployLogprobs(raw, temperature, topP) {
   const max = Math.max(...scaled);
   const logZ = max + Math.log(scaled.reduce((sum, value) => sum + Math.exp(value - max), 0));
   const logprobs = scaled.map((value) => value - logZ);
+  // Without a nucleus nothing is clipped (summing every probability may round past 1).
+  if (topP >= 1) return logprobs;
   let before = 0;
   let kept = 0;
   while (kept < logprobs.length && before <= topP) before += Math.exp(logprobs[kept++]);  // raw is sorted

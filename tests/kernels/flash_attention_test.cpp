@@ -182,11 +182,11 @@ TEST_P(FlashAttentionTest, MatchesDoubleReferenceAndSimpleKernel) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionTest,
                          testing::Combine(testing::Values(16, 64, 128, 24), testing::Values(1, 2, 8),
-                                          testing::Values(KvStorage::kF32, KvStorage::kInt8)));
+                                          testing::Values(KvStorage::kF32, KvStorage::kInt8, KvStorage::kBF16)));
 
 TEST(FlashAttention, LargeScoresStayStable) {
   AttentionScratch scratch;
-  for (KvStorage storage : {KvStorage::kF32, KvStorage::kInt8})
+  for (KvStorage storage : {KvStorage::kF32, KvStorage::kInt8, KvStorage::kBF16})
     for (int num_queries : {1, 17, 130}) {
       check_case({16, 2, 128, storage, num_queries, 300, 50.0f}, scratch, 7);
       check_case({4, 4, 24, storage, num_queries, 60, 50.0f}, scratch, 8);
@@ -196,7 +196,7 @@ TEST(FlashAttention, LargeScoresStayStable) {
 TEST(FlashAttention, AnyHeadDim) {
   AttentionScratch scratch;
   for (int head_dim : {1, 2, 3, 5, 8, 20, 33, 40, 130})
-    for (KvStorage storage : {KvStorage::kF32, KvStorage::kInt8}) {
+    for (KvStorage storage : {KvStorage::kF32, KvStorage::kInt8, KvStorage::kBF16}) {
       check_case({6, 2, head_dim, storage, 1, 70}, scratch, 11);
       check_case({6, 2, head_dim, storage, 29, 3}, scratch, 12);
     }
@@ -204,7 +204,7 @@ TEST(FlashAttention, AnyHeadDim) {
 
 TEST(FlashAttention, ModelShapes) {
   AttentionScratch scratch;
-  for (KvStorage storage : {KvStorage::kF32, KvStorage::kInt8}) {
+  for (KvStorage storage : {KvStorage::kF32, KvStorage::kInt8, KvStorage::kBF16}) {
     check_case({16, 2, 128, storage, 1, 2500}, scratch, 21);  // 0.3B decode
     check_case({20, 4, 128, storage, 1, 777}, scratch, 22);   // 21B-A3B decode (group 5)
     check_case({20, 4, 128, storage, 45, 64}, scratch, 23);
@@ -279,6 +279,21 @@ TEST(KvRow, SizesAndFp32RoundTrip) {
   store_kv_row(values, 1, 3, KvStorage::kF32, row);
   load_kv_row(row, 1, 3, KvStorage::kF32, back);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(back[i], values[i]);
+}
+
+TEST(KvRow, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(kv_row_bytes(KvStorage::kBF16, 2, 128), 512u);
+  // 1 + 2^-8 lies halfway between two bf16 values (1 and 1 + 2^-7): to the even one, 1;
+  // 1 + 3·2^-8 halfway between 1 + 2^-7 and 1 + 2^-6: to 1 + 2^-6. Exact values stay.
+  const float values[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, 0.0f};
+  uint8_t row[sizeof(values) / 2 + 1];
+  float back[4];
+  store_kv_row(values, 1, 4, KvStorage::kBF16, row + 1);  // unaligned row
+  load_kv_row(row + 1, 1, 4, KvStorage::kBF16, back);
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], 1.0f + 0x1p-6f);
+  EXPECT_EQ(back[2], -2.5f);
+  EXPECT_EQ(back[3], 0.0f);
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, T
     if (done == total) std::fprintf(stderr, "\n");
     std::fflush(stderr);
   };
-  auto model = ErnieModel::load(model_dir, pool, progress, quantization, mtp_dir);
+  auto model = ErnieModel::load(model_dir, pool, progress, quantization, mtp_dir, /*report_progress=*/true);
   const ModelConfig& config = model->config();
   const LoadReport& report = model->load_report();
   log_info("loaded ", config.architecture, " (", checkpoint_layout_name(report.layout), " layout, ",

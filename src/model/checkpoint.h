@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "model/safetensors.h"
+#include "util/progress.h"
+#include "util/thread_pool.h"
 
 namespace ernie {
 
@@ -38,6 +40,9 @@ class Checkpoint {
   std::vector<std::string> unused_names() const;
   size_t num_files() const { return files_.size(); }
   uint64_t total_tensor_bytes() const;
+  // Reads every tensor's pages into memory (in parallel on `pool`, counting bytes on
+  // `progress`), so the first request does not wait for the disk.
+  void page_in(ThreadPool& pool, ByteProgress& progress) const;
   // "__metadata__" of the first file, e.g. {"format": "pt"} or {"format": "np"}.
   const std::map<std::string, std::string>& metadata() const;
 

@@ -11,6 +11,8 @@
 #include "kernels/quantize.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/memory_info.h"
+#include "util/progress.h"
 #include "util/stopwatch.h"
 
 namespace ernie {
@@ -48,7 +50,8 @@ ForwardBatch single_sequence_batch(KvCache& cache, std::span<const int32_t> toke
 
 std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, ThreadPool& pool,
                                              const LayerProgress& on_layer_loaded,
-                                             const QuantizationPlan& quantization, const std::string& mtp_dir) {
+                                             const QuantizationPlan& quantization, const std::string& mtp_dir,
+                                             bool report_progress) {
   Stopwatch stopwatch;
   ModelConfig config = load_model_config(model_dir);
   std::unique_ptr<Checkpoint> checkpoint = Checkpoint::open(model_dir);
@@ -65,8 +68,18 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
   report.layout = weights.layout;
   if (quantization.quantizes_weights()) {
     Stopwatch quantize_time;
-    report.kept_dense = quantize_weights(weights, quantization, pool);
+    report.kept_dense = quantize_weights(weights, quantization, pool, report_progress);
     report.quantize_seconds = quantize_time.seconds();
+  } else if (report_progress) {
+    // Mapped weights come in from disk on first use; reading them now (when they fit)
+    // keeps the first request from paying for it and shows how far loading is.
+    const uint64_t bytes = checkpoint->total_tensor_bytes();
+    if (bytes + bytes / 8 < read_memory_budget().available) {
+      ByteProgress progress("reading weights", bytes);
+      checkpoint->page_in(pool, progress);
+    } else {
+      log_info("the weights (", bytes / 1e9, " GB) exceed the free memory: their pages are read on first use");
+    }
   }
   report.weight_bytes = resident_weight_bytes(weights);
   auto model = std::make_unique<ErnieModel>(std::move(config), std::move(checkpoint), std::move(weights), pool,

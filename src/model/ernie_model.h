@@ -44,9 +44,12 @@ class ErnieModel final : public LanguageModel {
   // must outlive the model.
   // `quantization` (default: none) is applied once the weights are loaded. `mtp_dir`: a
   // checkpoint whose MTP head replaces the main checkpoint's (empty: none).
+  // `report_progress`: show the bytes quantized, or - unquantized, when the weights fit
+  // in memory - read them in now with the bytes read shown (util/progress.h).
   static std::unique_ptr<ErnieModel> load(const std::string& model_dir, ThreadPool& pool,
                                           const LayerProgress& on_layer_loaded = nullptr,
-                                          const QuantizationPlan& quantization = {}, const std::string& mtp_dir = "");
+                                          const QuantizationPlan& quantization = {}, const std::string& mtp_dir = "",
+                                          bool report_progress = false);
 
   ErnieModel(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ErnieWeights weights, ThreadPool& pool,
              KvStorage kv_storage = KvStorage::kF32);

@@ -1,5 +1,7 @@
 #include "model/quantization.h"
 
+#include "util/progress.h"
+
 #include <optional>
 
 #include <sys/mman.h>
@@ -158,7 +160,7 @@ void release_mapped_pages(const WeightMatrix& view) {
 
 }  // namespace
 
-int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool) {
+int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool, bool report_progress) {
   std::vector<std::pair<WeightMatrix*, WeightFormat>> work;
   for_each_linear(weights, [&](WeightMatrix& matrix, LinearRole role) {
     const WeightFormat format = role == LinearRole::kDense    ? plan.dense
@@ -167,9 +169,16 @@ int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, Thread
     if (format != WeightFormat::kDense) work.push_back({&matrix, format});
   });
   std::vector<char> kept_dense(work.size(), 0);
+  std::optional<ByteProgress> progress;
+  if (report_progress) {
+    uint64_t total = 0;
+    for (const auto& [matrix, format] : work) total += weight_bytes(*matrix);
+    progress.emplace("quantizing weights", total);
+  }
   pool.parallel_for(work.size(), 1, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       auto& [matrix, format] = work[i];
+      if (progress) progress->add(weight_bytes(*matrix));
       if (!can_quantize(*matrix, format)) {
         kept_dense[i] = 1;
         continue;

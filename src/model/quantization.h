@@ -47,7 +47,8 @@ QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& c
 // Replaces the weights the plan names by quantized copies (in parallel on `pool`).
 // Matrices a format cannot hold (input width not a multiple of 32 for the integer
 // formats) stay bf16; the count of those is returned so the caller can say so.
-int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool);
+// `report_progress`: bytes quantized so far on stderr (util/progress.h).
+int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool, bool report_progress = false);
 
 // Bytes of every weight matrix as the kernels hold them (the tied head counted once).
 uint64_t resident_weight_bytes(const ErnieWeights& weights);

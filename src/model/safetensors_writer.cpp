@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <future>
 
 #include <nlohmann/json.hpp>
 
@@ -9,21 +10,32 @@
 
 namespace ernie {
 
+uint64_t TensorToWrite::byte_size() const {
+  uint64_t elements = 1;
+  for (int64_t dim : shape) elements *= static_cast<uint64_t>(dim);
+  return elements * dtype_size(dtype);
+}
+
+namespace {
+
+void check_size(const TensorToWrite& tensor, size_t bytes) {
+  if (bytes != tensor.byte_size())
+    fail("write_safetensors: tensor \"", tensor.name, "\" has ", bytes, " bytes, its shape needs ", tensor.byte_size());
+}
+
+}  // namespace
+
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const TensorToWrite& tensor : tensors) {
-    uint64_t elements = 1;
-    for (int64_t dim : tensor.shape) elements *= static_cast<uint64_t>(dim);
-    if (elements * dtype_size(tensor.dtype) != tensor.bytes.size())
-      fail("write_safetensors: tensor \"", tensor.name, "\" has ", tensor.bytes.size(), " bytes, its shape needs ",
-           elements * dtype_size(tensor.dtype));
+    if (!tensor.produce) check_size(tensor, tensor.bytes.size());
     header[tensor.name] = {{"dtype", safetensors_dtype_name(tensor.dtype)},
                            {"shape", tensor.shape},
-                           {"data_offsets", {offset, offset + tensor.bytes.size()}}};
-    offset += tensor.bytes.size();
+                           {"data_offsets", {offset, offset + tensor.byte_size()}}};
+    offset += tensor.byte_size();
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // pad so tensor data starts 8-byte aligned
@@ -33,8 +45,26 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
   file.write(reinterpret_cast<const char*>(length), 8);
   file.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const TensorToWrite& tensor : tensors)
-    file.write(reinterpret_cast<const char*>(tensor.bytes.data()), static_cast<std::streamsize>(tensor.bytes.size()));
+  // Produced tensors are made one ahead on another thread while the current one is
+  // written: twice the speed on two cores, at most two tensors in memory.
+  const auto make = [&](size_t i) {
+    return std::async(std::launch::async, [&tensor = tensors[i]] { return tensor.produce(); });
+  };
+  std::future<std::vector<uint8_t>> next;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorToWrite& tensor = tensors[i];
+    if (!tensor.produce) {
+      file.write(reinterpret_cast<const char*>(tensor.bytes.data()), static_cast<std::streamsize>(tensor.bytes.size()));
+      continue;
+    }
+    std::future<std::vector<uint8_t>> current = next.valid() ? std::move(next) : make(i);
+    size_t ahead = i + 1;
+    while (ahead < tensors.size() && !tensors[ahead].produce) ++ahead;
+    if (ahead < tensors.size()) next = make(ahead);
+    const std::vector<uint8_t> bytes = current.get();
+    check_size(tensor, bytes.size());
+    file.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
   if (!file) fail("error while writing ", path);
 }
 
@@ -45,7 +75,7 @@ void write_sharded_safetensors(const std::string& dir, const std::vector<TensorT
     return;
   }
   uint64_t total = 0;
-  for (const TensorToWrite& tensor : tensors) total += tensor.bytes.size();
+  for (const TensorToWrite& tensor : tensors) total += tensor.byte_size();
   const uint64_t target = (total + static_cast<uint64_t>(num_shards) - 1) / static_cast<uint64_t>(num_shards);
 
   std::vector<std::vector<TensorToWrite>> shards(static_cast<size_t>(num_shards));
@@ -54,7 +84,7 @@ void write_sharded_safetensors(const std::string& dir, const std::vector<TensorT
   for (const TensorToWrite& tensor : tensors) {
     if (filled >= target * (shard + 1) && shard + 1 < shards.size()) ++shard;
     shards[shard].push_back(tensor);
-    filled += tensor.bytes.size();
+    filled += tensor.byte_size();
   }
   nlohmann::ordered_json index;
   index["metadata"] = {{"total_size", total}};

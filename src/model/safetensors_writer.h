@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,6 +17,11 @@ struct TensorToWrite {
   DType dtype = DType::kBF16;
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;  // little-endian elements, row-major
+  // Instead of `bytes`: makes them when the tensor is written, so a checkpoint larger
+  // than memory is written one tensor at a time.
+  std::function<std::vector<uint8_t>()> produce = nullptr;
+
+  uint64_t byte_size() const;  // what the shape and dtype call for
 };
 
 // Writes one safetensors file; tensors are laid out in the given order, 8-byte aligned

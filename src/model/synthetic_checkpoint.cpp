@@ -29,29 +29,40 @@ struct Values {
   DType dtype = DType::kBF16;
 };
 
+// A tensor's shape and dtype now, its values when it is written: a checkpoint larger
+// than memory (21B-A3B is 43.7 GB) is generated one tensor at a time.
+struct Lazy {
+  Shape shape;
+  DType dtype = DType::kBF16;
+  std::function<Values()> make;
+};
+
 class Generator {
  public:
   explicit Generator(const SyntheticModelSpec& spec) : spec_(spec) {}
 
   // Values drawn from a stream keyed by (seed, canonical name), so they do not depend on
   // the order in which tensors are generated or on the layout written.
-  Values normal(const std::string& key, const Shape& shape, double mean, double std, DType dtype) {
-    Random random(spec_.seed * 0x100000001b3ull ^ name_hash(key));
-    Values values{shape, {}, dtype};
-    int64_t count = 1;
-    for (int64_t dim : shape) count *= dim;
-    values.data.resize(static_cast<size_t>(count));
-    for (float& value : values.data) {
-      const float drawn = static_cast<float>(mean + std * random.normal());
-      value = dtype == DType::kBF16 ? bf16_to_f32(f32_to_bf16(drawn)) : drawn;
-    }
-    return values;
+  Lazy normal(const std::string& key, const Shape& shape, double mean, double std, DType dtype) const {
+    const uint64_t seed = spec_.seed * 0x100000001b3ull ^ name_hash(key);
+    return {shape, dtype, [=] {
+              Random random(seed);
+              Values values{shape, {}, dtype};
+              int64_t count = 1;
+              for (int64_t dim : shape) count *= dim;
+              values.data.resize(static_cast<size_t>(count));
+              for (float& value : values.data) {
+                const float drawn = static_cast<float>(mean + std * random.normal());
+                value = dtype == DType::kBF16 ? bf16_to_f32(f32_to_bf16(drawn)) : drawn;
+              }
+              return values;
+            }};
   }
-  Values linear(const std::string& key, int64_t out, int64_t in) {
+  Lazy linear(const std::string& key, int64_t out, int64_t in) const {
     return normal(key, {out, in}, 0.0, spec_.weight_std, DType::kBF16);
   }
-  Values norm(const std::string& key, int64_t size) { return normal(key, {size}, 1.0, spec_.norm_std, DType::kBF16); }
-  Values bias(const std::string& key, int64_t size) { return normal(key, {size}, 0.0, spec_.bias_std, DType::kBF16); }
+  Lazy norm(const std::string& key, int64_t size) const { return normal(key, {size}, 1.0, spec_.norm_std, DType::kBF16); }
+  Lazy bias(const std::string& key, int64_t size) const { return normal(key, {size}, 0.0, spec_.bias_std, DType::kBF16); }
 
  private:
   const SyntheticModelSpec& spec_;
@@ -72,22 +83,30 @@ std::vector<uint8_t> encode(const std::vector<float>& values, DType dtype) {
 }
 
 // [out, in] -> [in, out]
-Values transposed(const Values& matrix) {
-  const int64_t out = matrix.shape[0], in = matrix.shape[1];
-  Values result{{in, out}, std::vector<float>(matrix.data.size()), matrix.dtype};
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t i = 0; i < in; ++i) result.data[static_cast<size_t>(i * out + o)] = matrix.data[static_cast<size_t>(o * in + i)];
-  return result;
+Lazy transposed(const Lazy& matrix) {
+  return {{matrix.shape[1], matrix.shape[0]}, matrix.dtype, [matrix] {
+            const Values source = matrix.make();
+            const int64_t out = source.shape[0], in = source.shape[1];
+            Values result{{in, out}, std::vector<float>(source.data.size()), source.dtype};
+            for (int64_t o = 0; o < out; ++o)
+              for (int64_t i = 0; i < in; ++i)
+                result.data[static_cast<size_t>(i * out + o)] = source.data[static_cast<size_t>(o * in + i)];
+            return result;
+          }};
 }
 
 // Stacks [out_k, in] matrices into [Σ out_k, in] (q|k|v, gate|up).
-Values stacked(const std::vector<Values>& parts) {
-  Values result{{0, parts.front().shape[1]}, {}, parts.front().dtype};
-  for (const Values& part : parts) {
-    result.shape[0] += part.shape[0];
-    result.data.insert(result.data.end(), part.data.begin(), part.data.end());
-  }
-  return result;
+Lazy stacked(const std::vector<Lazy>& parts) {
+  Shape shape{0, parts.front().shape[1]};
+  for (const Lazy& part : parts) shape[0] += part.shape[0];
+  return {shape, parts.front().dtype, [parts, shape] {
+            Values result{shape, {}, parts.front().dtype};
+            for (const Lazy& part : parts) {
+              const Values values = part.make();
+              result.data.insert(result.data.end(), values.data.begin(), values.data.end());
+            }
+            return result;
+          }};
 }
 
 class CheckpointBuilder {
@@ -95,18 +114,20 @@ class CheckpointBuilder {
   CheckpointBuilder(const SyntheticModelSpec& spec, CheckpointLayout layout)
       : spec_(spec), layout_(layout), generator_(spec), prefix_(layout == CheckpointLayout::kPaddle ? "ernie." : "model.") {}
 
-  void add(const std::string& name, const Values& values) {
-    tensors_.push_back({name, values.dtype, values.shape, encode(values.data, values.dtype)});
+  void add(const std::string& name, const Lazy& values) {
+    TensorToWrite tensor{name, values.dtype, values.shape, {}};
+    tensor.produce = [values] { return encode(values.make().data, values.dtype); };
+    tensors_.push_back(std::move(tensor));
   }
 
   // A Linear in the layout's orientation.
-  void add_linear(const std::string& name, const Values& torch_matrix) {
+  void add_linear(const std::string& name, const Lazy& torch_matrix) {
     add(name, layout_ == CheckpointLayout::kPaddle ? transposed(torch_matrix) : torch_matrix);
   }
 
   void add_mlp(const std::string& base, int64_t hidden, int64_t inner) {
-    const Values gate = generator_.linear(base + "gate_proj", inner, hidden);
-    const Values up = generator_.linear(base + "up_proj", inner, hidden);
+    const Lazy gate = generator_.linear(base + "gate_proj", inner, hidden);
+    const Lazy up = generator_.linear(base + "up_proj", inner, hidden);
     if (layout_ == CheckpointLayout::kPaddle) {
       add_linear(prefix_ + base + "up_gate_proj.weight", stacked({gate, up}));  // gate first
     } else {
@@ -121,9 +142,9 @@ class CheckpointBuilder {
                   kv = int64_t{spec_.num_kv_heads} * spec_.head_dim;
     add(prefix_ + base + "input_layernorm.weight", generator_.norm(base + "input_layernorm", h));
     add(prefix_ + base + "post_attention_layernorm.weight", generator_.norm(base + "post_attention_layernorm", h));
-    const Values wq = generator_.linear(base + "q_proj", q, h);
-    const Values wk = generator_.linear(base + "k_proj", kv, h);
-    const Values wv = generator_.linear(base + "v_proj", kv, h);
+    const Lazy wq = generator_.linear(base + "q_proj", q, h);
+    const Lazy wk = generator_.linear(base + "k_proj", kv, h);
+    const Lazy wv = generator_.linear(base + "v_proj", kv, h);
     if (layout_ == CheckpointLayout::kPaddle) {
       add_linear(prefix_ + base + "self_attn.qkv_proj.weight", stacked({wq, wk, wv}));
     } else {
@@ -138,7 +159,7 @@ class CheckpointBuilder {
     }
     const int64_t e = spec_.num_experts;
     const bool vl = spec_.vision_depth > 0;
-    const Values router = generator_.normal(base + "router", {e, h}, 0.0, spec_.weight_std, DType::kF32);
+    const Lazy router = generator_.normal(base + "router", {e, h}, 0.0, spec_.weight_std, DType::kF32);
     // VL stores both routers [H, E] in either layout (docs/vl-model-notes.md §2).
     if (vl) {
       add(prefix_ + base + "mlp.gate.weight", transposed(router));
@@ -195,7 +216,7 @@ class CheckpointBuilder {
 
   std::vector<TensorToWrite> build(const ModelConfig& config) {
     const int64_t h = spec_.hidden_size, v = spec_.vocab_size;
-    const Values embedding = generator_.linear("embed_tokens", v, h);
+    const Lazy embedding = generator_.linear("embed_tokens", v, h);
     add(prefix_ + "embed_tokens.weight", embedding);  // [V, H] in both layouts
     for (int layer = 0; layer < spec_.num_layers; ++layer)
       add_layer("layers." + std::to_string(layer) + ".", config.is_moe_layer(layer));

@@ -248,6 +248,26 @@ uint64_t weight_bytes(const WeightMatrix& m) {
   return elements;
 }
 
+uint64_t packed_value_bytes(const WeightMatrix& m) {
+  switch (m.format) {
+    case WeightFormat::kDense: return static_cast<uint64_t>(m.rows * m.cols) * dtype_size(m.dtype);
+    case WeightFormat::kInt8: return static_cast<uint64_t>(padded_rows(m.rows) * m.cols);
+    case WeightFormat::kInt4: return static_cast<uint64_t>(padded_rows(m.rows) * m.cols / 2);
+    case WeightFormat::kFp8: return static_cast<uint64_t>(m.rows * m.cols);
+  }
+  return 0;
+}
+
+uint64_t packed_scale_count(const WeightMatrix& m) {
+  switch (m.format) {
+    case WeightFormat::kDense: return 0;
+    case WeightFormat::kInt8:
+    case WeightFormat::kInt4: return static_cast<uint64_t>(m.cols / m.group * padded_rows(m.rows));
+    case WeightFormat::kFp8: return static_cast<uint64_t>(ceil_div(m.rows, kFp8Block) * ceil_div(m.cols, kFp8Block));
+  }
+  return 0;
+}
+
 uint8_t f32_to_e4m3(float value) {
   if (std::isnan(value)) return 0x7f;
   const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;

@@ -51,6 +51,10 @@ std::vector<float> dequantize_weight(const WeightMatrix& matrix);
 
 // Bytes of weight data a matmul streams for this matrix (packed values and scales).
 uint64_t weight_bytes(const WeightMatrix& matrix);
+// The exact sizes of a quantized matrix's two arrays (`data` bytes, `scales` floats), as
+// quantize_weight allocates them (integer formats pad rows to whole panels).
+uint64_t packed_value_bytes(const WeightMatrix& matrix);
+uint64_t packed_scale_count(const WeightMatrix& matrix);
 
 // FP8 e4m3 ("fn": no infinities, max 448) conversions, round to nearest even.
 uint8_t f32_to_e4m3(float value);

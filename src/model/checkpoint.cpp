@@ -1,13 +1,11 @@
 #include "model/checkpoint.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/mapped_file.h"
 #include "util/text_file.h"
 
 namespace ernie {
@@ -114,25 +112,9 @@ uint64_t Checkpoint::total_tensor_bytes() const {
 }
 
 void Checkpoint::page_in(ThreadPool& pool, ByteProgress& progress) const {
-  // Chunks of at most 16 MB, so threads share large tensors too.
-  constexpr uint64_t kChunk = 16u << 20;
-  std::vector<std::pair<const uint8_t*, uint64_t>> chunks;
-  for (const auto& [name, view] : tensors_)
-    for (uint64_t at = 0; at < view.info->size; at += kChunk)
-      chunks.emplace_back(view.data + at, std::min(kChunk, view.info->size - at));
-  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  pool.parallel_for(chunks.size(), 1, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) {
-      const auto [data, bytes] = chunks[i];
-      const auto first = reinterpret_cast<uintptr_t>(data) / page * page;
-      madvise(reinterpret_cast<void*>(first), reinterpret_cast<uintptr_t>(data) + bytes - first, MADV_WILLNEED);
-      // One read per page faults it in; the sum keeps the reads from being dropped.
-      uint8_t sum = 0;
-      for (uint64_t at = 0; at < bytes; at += page) sum = static_cast<uint8_t>(sum + *(static_cast<volatile const uint8_t*>(data + at)));
-      asm volatile("" : : "r"(sum));
-      progress.add(bytes);
-    }
-  });
+  std::vector<std::span<const uint8_t>> regions;
+  for (const auto& [name, view] : tensors_) regions.emplace_back(view.data, view.info->size);
+  ernie::page_in(pool, regions, &progress);
 }
 
 const std::map<std::string, std::string>& Checkpoint::metadata() const { return files_.front()->header().metadata; }

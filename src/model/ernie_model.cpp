@@ -9,8 +9,10 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/quantize.h"
+#include "model/quantized_cache.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/mapped_file.h"
 #include "util/memory_info.h"
 #include "util/progress.h"
 #include "util/stopwatch.h"
@@ -66,9 +68,33 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
   report.tensor_bytes = checkpoint->total_tensor_bytes();
   report.num_files = checkpoint->num_files();
   report.layout = weights.layout;
+  std::unique_ptr<SafetensorsFile> cached;
   if (quantization.quantizes_weights()) {
     Stopwatch quantize_time;
-    report.kept_dense = quantize_weights(weights, quantization, pool, report_progress);
+    // FD_ENABLE_MODEL_LOAD_CACHE: packed weights from an earlier start, else packed now
+    // and kept for the next one.
+    const std::string cache_dir = quantized_cache_dir();
+    std::vector<std::string> sources = {model_dir};
+    if (!mtp_dir.empty()) sources.push_back(mtp_dir);
+    const std::string key = cache_dir.empty() ? "" : quantized_cache_key(sources, quantization);
+    const std::string cache_path = cache_dir.empty() ? "" : quantized_cache_path(cache_dir, key);
+    if (!cache_path.empty()) cached = load_quantized_cache(cache_path, key, weights);
+    if (cached) {
+      report.from_cache = true;
+      log_info("quantized weights mapped from the cache ", cache_path);
+      if (report_progress) {
+        // Read them in now, or the first requests fault them in page by page.
+        const std::span<const uint8_t> whole(cached->data(cached->header().tensors.front()),
+                                             cached->header().tensors.back().offset + cached->header().tensors.back().size -
+                                                 cached->header().tensors.front().offset);
+        ByteProgress progress("reading cached weights", whole.size());
+        page_in(pool, std::span<const std::span<const uint8_t>>(&whole, 1), &progress);
+      }
+    } else {
+      report.kept_dense = quantize_weights(weights, quantization, pool, report_progress);
+      if (!cache_path.empty() && save_quantized_cache(cache_path, key, weights))
+        log_info("quantized weights saved to the cache ", cache_path, " for the next start");
+    }
     report.quantize_seconds = quantize_time.seconds();
   } else if (report_progress) {
     // Mapped weights come in from disk on first use; reading them now (when they fit)
@@ -85,6 +111,7 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
   auto model = std::make_unique<ErnieModel>(std::move(config), std::move(checkpoint), std::move(weights), pool,
                                             quantization.kv_cache);
   model->mtp_checkpoint_ = std::move(mtp_checkpoint);
+  model->quantized_cache_ = std::move(cached);
   report.seconds = stopwatch.seconds();
   model->load_report_ = report;
   return model;

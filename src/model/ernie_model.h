@@ -34,6 +34,7 @@ struct LoadReport {
   uint64_t tensor_bytes = 0;         // in the checkpoint
   uint64_t weight_bytes = 0;         // as the kernels hold them (after quantization)
   int kept_dense = 0;                // matrices the plan named that could not be quantized
+  bool from_cache = false;           // the packed weights came from the quantized-weights cache
   size_t num_files = 0;
   CheckpointLayout layout = CheckpointLayout::kTorch;
 };
@@ -125,6 +126,7 @@ class ErnieModel final : public LanguageModel {
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;  // keeps zero-copy weights mapped
   std::unique_ptr<Checkpoint> mtp_checkpoint_;  // the same for an MTP head loaded from elsewhere
+  std::unique_ptr<SafetensorsFile> quantized_cache_;  // packed weights mapped from the cache
   ErnieWeights weights_;
   ThreadPool& pool_;
   KvStorage kv_storage_;

@@ -194,6 +194,12 @@ int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, Thread
   return kept;
 }
 
+std::vector<WeightMatrix*> linear_weights(ErnieWeights& weights) {
+  std::vector<WeightMatrix*> linears;
+  for_each_linear(weights, [&](WeightMatrix& matrix, LinearRole) { linears.push_back(&matrix); });
+  return linears;
+}
+
 uint64_t resident_weight_bytes(const ErnieWeights& weights) {
   uint64_t total = weight_bytes(weights.embedding);
   for_each_linear(weights, [&](const WeightMatrix& matrix, LinearRole) {

@@ -50,6 +50,10 @@ QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& c
 // `report_progress`: bytes quantized so far on stderr (util/progress.h).
 int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool, bool report_progress = false);
 
+// Every Linear weight of the text decoder and MTP head (not the embedding, the routers
+// or the vision tower), always in the same order: what quantization and its cache visit.
+std::vector<WeightMatrix*> linear_weights(ErnieWeights& weights);
+
 // Bytes of every weight matrix as the kernels hold them (the tied head counted once).
 uint64_t resident_weight_bytes(const ErnieWeights& weights);
 

@@ -1,5 +1,6 @@
 #include "model/safetensors_writer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -26,7 +27,7 @@ void check_size(const TensorToWrite& tensor, size_t bytes) {
 }  // namespace
 
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, size_t alignment) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -38,7 +39,9 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     offset += tensor.byte_size();
   }
   std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // pad so tensor data starts 8-byte aligned
+  // Pad with spaces so the data area (after the 8-byte length and the header) is aligned.
+  alignment = std::max<size_t>(8, alignment);
+  text.append((alignment - (8 + text.size()) % alignment) % alignment, ' ');
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   if (!file) fail("cannot write ", path);
   uint8_t length[8];

@@ -24,10 +24,12 @@ struct TensorToWrite {
   uint64_t byte_size() const;  // what the shape and dtype call for
 };
 
-// Writes one safetensors file; tensors are laid out in the given order, 8-byte aligned
-// header as the format recommends.
+// Writes one safetensors file; tensors are laid out in the given order after a header
+// padded so that the data area starts at a multiple of `alignment` bytes (8, as the
+// format recommends, or more: 64 lets mapped tensors whose sizes are multiples of 64
+// start on cache lines).
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata);
+                       const std::map<std::string, std::string>& metadata, size_t alignment = 8);
 
 // Splits the tensors into `num_shards` files of similar size named
 // model-0000i-of-0000n.safetensors and writes model.safetensors.index.json; with one

@@ -6,19 +6,32 @@
 
 namespace ernie {
 
+namespace {
+
+void require_float(const TensorView& tensor) {
+  if (!is_float_dtype(tensor.dtype()))
+    fail("tensor \"", tensor.name(), "\" has dtype ", safetensors_dtype_name(tensor.dtype()),
+         "; weights must be BF16, F16 or F32");
+}
+
+}  // namespace
+
 void expect_shape(const TensorView& tensor, const std::vector<int64_t>& expected) {
+  require_float(tensor);
   if (tensor.shape() != expected)
     fail("tensor \"", tensor.name(), "\" has shape ", shape_to_string(tensor.shape()), ", expected ",
          shape_to_string(expected));
 }
 
 std::vector<float> to_f32(const TensorView& tensor) {
+  require_float(tensor);
   std::vector<float> values(static_cast<size_t>(tensor.info->num_elements()));
   convert_to_f32(tensor.dtype(), tensor.data, values.data(), values.size());
   return values;
 }
 
 WeightMatrix view_matrix(const TensorView& tensor) {
+  require_float(tensor);
   WeightMatrix matrix;
   matrix.dtype = tensor.dtype();
   matrix.rows = tensor.shape()[0];
@@ -28,6 +41,7 @@ WeightMatrix view_matrix(const TensorView& tensor) {
 }
 
 WeightMatrix transposed_columns(const TensorView& tensor, int64_t first, int64_t count) {
+  require_float(tensor);
   const int64_t in = tensor.shape()[0];
   const int64_t out = tensor.shape()[1];
   const size_t element = dtype_size(tensor.dtype());

@@ -8,7 +8,8 @@ DType parse_safetensors_dtype(std::string_view name) {
   if (name == "BF16") return DType::kBF16;
   if (name == "F16") return DType::kF16;
   if (name == "F32") return DType::kF32;
-  fail("unsupported tensor dtype \"", name, "\" (supported: BF16, F16, F32)");
+  if (name == "U8") return DType::kU8;
+  fail("unsupported tensor dtype \"", name, "\" (supported: BF16, F16, F32, U8)");
 }
 
 const char* safetensors_dtype_name(DType dtype) {
@@ -16,6 +17,7 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::kBF16: return "BF16";
     case DType::kF16: return "F16";
     case DType::kF32: return "F32";
+    case DType::kU8: return "U8";
   }
   return "?";
 }
@@ -25,9 +27,12 @@ size_t dtype_size(DType dtype) {
     case DType::kBF16: return 2;
     case DType::kF16: return 2;
     case DType::kF32: return 4;
+    case DType::kU8: return 1;
   }
   return 0;
 }
+
+bool is_float_dtype(DType dtype) { return dtype != DType::kU8; }
 
 float f16_to_f32(uint16_t bits) {
   const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
@@ -69,6 +74,8 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
       for (size_t i = 0; i < count; ++i) dst[i] = f16_to_f32(bits[i]);
       return;
     }
+    case DType::kU8:
+      fail("U8 tensors hold packed bytes, not values to convert");
   }
 }
 

@@ -8,14 +8,17 @@
 
 namespace ernie {
 
-// Checkpoint dtypes we read. Any other safetensors dtype is refused by name.
-enum class DType : uint8_t { kBF16, kF16, kF32 };
+// Checkpoint dtypes we read. Any other safetensors dtype is refused by name. kU8 holds
+// packed quantized weights (the quantized-weights cache); it is not a weight dtype, and the
+// weight loader refuses it.
+enum class DType : uint8_t { kBF16, kF16, kF32, kU8 };
 
-// Parses a safetensors dtype name ("BF16", "F16", "F32"); throws ernie::Error naming
-// the unsupported dtype otherwise.
+// Parses a safetensors dtype name ("BF16", "F16", "F32", "U8"); throws ernie::Error
+// naming the unsupported dtype otherwise.
 DType parse_safetensors_dtype(std::string_view name);
 const char* safetensors_dtype_name(DType dtype);
 size_t dtype_size(DType dtype);
+bool is_float_dtype(DType dtype);
 
 inline float bf16_to_f32(uint16_t bits) {
   const uint32_t widened = static_cast<uint32_t>(bits) << 16;

@@ -11,10 +11,12 @@
 namespace ernie {
 namespace {
 
-TEST(DTypeTest, ParsesTheThreeSupportedNamesAndRefusesOthersByName) {
+TEST(DTypeTest, ParsesTheSupportedNamesAndRefusesOthersByName) {
   EXPECT_EQ(parse_safetensors_dtype("BF16"), DType::kBF16);
   EXPECT_EQ(parse_safetensors_dtype("F16"), DType::kF16);
   EXPECT_EQ(parse_safetensors_dtype("F32"), DType::kF32);
+  EXPECT_EQ(parse_safetensors_dtype("U8"), DType::kU8);  // packed quantized weights
+  EXPECT_FALSE(is_float_dtype(DType::kU8));
   for (const char* other : {"F8_E4M3", "I8", "F64", "bf16"}) {
     try {
       parse_safetensors_dtype(other);

@@ -1,0 +1,182 @@
+#include "model/quantized_cache.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "kernels/quantize.h"
+#include "model/safetensors_writer.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/text_file.h"
+
+namespace ernie {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Bumped whenever the packed layout or this file's layout changes: old files then miss.
+constexpr const char* kCacheVersion = "ernie.cpp quantized weights v2";
+// Every array starts on a cache line, as the kernels' own copies do: a packed line read
+// across two lines costs decode a third of its speed.
+constexpr uint64_t kAlign = 64;
+
+uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+constexpr const char* kKeyField = "ernie.quantized_cache_key";
+
+uint64_t fnv1a(uint64_t hash, std::string_view text) {
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+// What identifies a checkpoint directory's contents without reading its weights.
+std::string describe_checkpoint(const std::string& dir) {
+  std::ostringstream out;
+  out << read_text_file(dir + "/config.json");
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().extension() == ".safetensors" || entry.path().filename() == "model.safetensors.index.json")
+      files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& file : files) {
+    struct stat info {};
+    if (stat(file.c_str(), &info) != 0) fail("cannot stat ", file.string());
+    out << '\n' << file.filename().string() << ' ' << info.st_size << ' ' << info.st_mtim.tv_sec << '.'
+        << info.st_mtim.tv_nsec;
+  }
+  return out.str();
+}
+
+std::string plan_text(const QuantizationPlan& plan) {
+  return str_cat(weight_format_name(plan.dense), "/", weight_format_name(plan.experts), "/", weight_format_name(plan.head));
+}
+
+
+std::string describe_linear(const WeightMatrix& m) {
+  return str_cat(weight_format_name(m.format), " ", m.group, " ", m.rows, " ", m.cols);
+}
+
+}  // namespace
+
+std::string quantized_cache_dir() {
+  const char* enabled = std::getenv("FD_ENABLE_MODEL_LOAD_CACHE");
+  if (enabled == nullptr || std::string_view(enabled) != "1") return "";
+  if (const char* dir = std::getenv("ERNIE_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') return std::string(xdg) + "/ernie.cpp";
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') return std::string(home) + "/.cache/ernie.cpp";
+  return "";
+}
+
+std::string quantized_cache_key(const std::vector<std::string>& model_dirs, const QuantizationPlan& plan) {
+  std::string key = std::string(kCacheVersion) + '\n' + plan_text(plan);
+  for (const std::string& dir : model_dirs) key += '\n' + describe_checkpoint(dir);
+  return key;
+}
+
+std::string quantized_cache_path(const std::string& cache_dir, const std::string& key) {
+  char name[64];
+  std::snprintf(name, sizeof name, "quantized-%016llx.safetensors",
+                static_cast<unsigned long long>(fnv1a(1469598103934665603ull, key)));
+  return cache_dir + "/" + name;
+}
+
+std::unique_ptr<SafetensorsFile> load_quantized_cache(const std::string& path, const std::string& key,
+                                                      ErnieWeights& weights) {
+  if (!fs::exists(path)) return nullptr;
+  std::unique_ptr<SafetensorsFile> file;
+  try {
+    file = std::make_unique<SafetensorsFile>(path);
+  } catch (const Error& error) {
+    log_warning("the quantized-weights cache ", path, " is damaged (", error.what(), "); it is rebuilt");
+    return nullptr;
+  }
+  const auto& metadata = file->header().metadata;
+  std::map<std::string, const TensorInfo*> tensors;
+  for (const TensorInfo& tensor : file->header().tensors) tensors[tensor.name] = &tensor;
+  // The key is checked in full (the file name is only its hash), then every Linear:
+  // the file must hold exactly what these weights need, or it is not used at all.
+  std::vector<std::pair<WeightMatrix*, WeightMatrix>> replacements;
+  const auto stale = [&](const std::string& why) {
+    log_warning("the quantized-weights cache ", path, " does not match (", why, "); it is rebuilt");
+    return nullptr;
+  };
+  const auto stored_key = metadata.find(kKeyField);
+  if (stored_key == metadata.end() || stored_key->second != key) return stale("another checkpoint or plan");
+  const std::vector<WeightMatrix*> linears = linear_weights(weights);
+  for (size_t i = 0; i < linears.size(); ++i) {
+    const std::string name = "linear." + std::to_string(i);
+    const auto entry = metadata.find(name);
+    if (entry == metadata.end()) continue;  // kept dense
+    std::istringstream fields(entry->second);
+    std::string format_name;
+    WeightMatrix packed;
+    fields >> format_name >> packed.group >> packed.rows >> packed.cols;
+    const std::optional<WeightFormat> format = parse_weight_format(format_name);
+    if (!fields || !format || *format == WeightFormat::kDense) return stale(name + " is malformed");
+    packed.format = *format;
+    if (packed.rows != linears[i]->rows || packed.cols != linears[i]->cols) return stale(name + " has another shape");
+    const auto data = tensors.find(name + ".data"), scales = tensors.find(name + ".scales");
+    if (data == tensors.end() || scales == tensors.end()) return stale(name + " lacks its data or scales");
+    if (data->second->dtype != DType::kU8 || data->second->size != aligned(packed_value_bytes(packed)) ||
+        scales->second->dtype != DType::kF32 ||
+        scales->second->size != aligned(packed_scale_count(packed) * sizeof(float)))
+      return stale(name + " has the wrong size");
+    packed.data = file->data(*data->second);
+    packed.scales = reinterpret_cast<const float*>(file->data(*scales->second));
+    if (reinterpret_cast<uintptr_t>(packed.data) % kAlign != 0 || reinterpret_cast<uintptr_t>(packed.scales) % kAlign != 0)
+      return stale(name + " is not aligned to cache lines");
+    replacements.emplace_back(linears[i], packed);
+  }
+  if (replacements.empty()) return stale("it holds no weights");
+  for (auto& [target, packed] : replacements) *target = packed;
+  return file;
+}
+
+bool save_quantized_cache(const std::string& path, const std::string& key, const ErnieWeights& weights) {
+  std::vector<TensorToWrite> tensors;
+  std::map<std::string, std::string> metadata;
+  // linear_weights() takes a mutable reference; nothing here writes through it.
+  const std::vector<WeightMatrix*> linears = linear_weights(const_cast<ErnieWeights&>(weights));
+  // Each array padded with zeros to a whole number of cache lines.
+  const auto add = [&](const std::string& name, DType dtype, const void* data, uint64_t bytes) {
+    const uint64_t padded = aligned(bytes);
+    TensorToWrite tensor{name, dtype, {static_cast<int64_t>(padded / dtype_size(dtype))}, {}};
+    tensor.produce = [data, bytes, padded] {
+      std::vector<uint8_t> out(padded, 0);
+      std::memcpy(out.data(), data, bytes);
+      return out;
+    };
+    tensors.push_back(std::move(tensor));
+  };
+  // Scales, then the packed values: each array's own read stays one stream.
+  for (const bool scales : {true, false})
+    for (size_t i = 0; i < linears.size(); ++i) {
+      const WeightMatrix& m = *linears[i];
+      if (m.dense()) continue;
+      const std::string name = "linear." + std::to_string(i);
+      metadata[name] = describe_linear(m);
+      if (scales) add(name + ".scales", DType::kF32, m.scales, packed_scale_count(m) * sizeof(float));
+      else add(name + ".data", DType::kU8, m.data, packed_value_bytes(m));
+    }
+  if (tensors.empty()) return false;
+  const std::string temporary = path + ".partial";
+  try {
+    fs::create_directories(fs::path(path).parent_path());
+    metadata[kKeyField] = key;
+    write_safetensors(temporary, tensors, metadata, kAlign);
+    fs::rename(temporary, path);
+  } catch (const std::exception& error) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    log_warning("the quantized-weights cache could not be written to ", path, " (", error.what(),
+                "); the next start quantizes again");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace ernie

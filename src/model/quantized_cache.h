@@ -1,0 +1,45 @@
+// The quantized-weights cache (FastDeploy's FD_ENABLE_MODEL_LOAD_CACHE): after a load
+// with --quantization has packed the weights, they are written to one safetensors file
+// under the cache directory, keyed by the checkpoint's files (names, sizes, modification
+// times), its config.json, the quantization plan and this cache's format version. The next
+// start with the same key maps that file and uses the packed weights in place: no bf16
+// page is read and nothing is converted. A stale or damaged file is never used; it is
+// rebuilt.
+//
+// File layout: for each quantized Linear, in the loader's fixed order, "linear.N.data"
+// (U8: the packed values as the kernels read them) and "linear.N.scales" (F32); the
+// metadata holds the key and, per Linear, "format group rows cols".
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/ernie_weights.h"
+#include "model/quantization.h"
+#include "model/safetensors.h"
+
+namespace ernie {
+
+// FD_ENABLE_MODEL_LOAD_CACHE=1 turns the cache on; the directory is ERNIE_CACHE_DIR, else
+// $XDG_CACHE_HOME/ernie.cpp, else ~/.cache/ernie.cpp. Empty when the cache is off.
+std::string quantized_cache_dir();
+
+// What identifies the packed weights of these checkpoints under this plan (`model_dirs`:
+// the main checkpoint and an MTP head's, when it comes from another one); the file name is
+// its hash, the file holds it whole.
+std::string quantized_cache_key(const std::vector<std::string>& model_dirs, const QuantizationPlan& plan);
+std::string quantized_cache_path(const std::string& cache_dir, const std::string& key);
+
+// Replaces the Linears of `weights` by views of the cache file at `path` when it holds
+// exactly them (the same key, shapes and formats). Returns the mapped file, which must
+// outlive the weights, or null (nothing changed) when the file is absent, stale or damaged.
+std::unique_ptr<SafetensorsFile> load_quantized_cache(const std::string& path, const std::string& key,
+                                                      ErnieWeights& weights);
+
+// Writes the quantized Linears of `weights` to `path` under `key` (through a temporary
+// file and a rename, so a reader never sees half a file). Returns false, having logged
+// why, when it cannot (a full disk must not stop the server).
+bool save_quantized_cache(const std::string& path, const std::string& key, const ErnieWeights& weights);
+
+}  // namespace ernie

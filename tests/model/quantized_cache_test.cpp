@@ -1,0 +1,87 @@
+// The quantized-weights cache (FD_ENABLE_MODEL_LOAD_CACHE): a second load maps the
+// packed weights the first one wrote and computes bit-identical logits; a changed
+// checkpoint, another plan or a damaged file is never used, and is rebuilt.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "model/ernie_model.h"
+#include "model/quantized_cache.h"
+#include "model/synthetic_checkpoint.h"
+#include "support/test_support.h"
+
+namespace ernie {
+namespace {
+
+namespace fs = std::filesystem;
+
+class QuantizedCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_dir_ = testing::make_checkpoint(temp_, "model", synthetic_preset("tiny-moe"), CheckpointLayout::kTorch, 1);
+    cache_dir_ = temp_.file("cache");
+    setenv("FD_ENABLE_MODEL_LOAD_CACHE", "1", 1);
+    setenv("ERNIE_CACHE_DIR", cache_dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    unsetenv("FD_ENABLE_MODEL_LOAD_CACHE");
+    unsetenv("ERNIE_CACHE_DIR");
+  }
+
+  // Logits of a fixed prompt, and whether the packed weights came from the cache.
+  std::pair<std::vector<float>, bool> run(const std::string& quantization) {
+    auto model = ErnieModel::load(model_dir_, pool_, nullptr, parse_quantization(quantization, load_model_config(model_dir_)));
+    auto cache = model->new_kv_cache();
+    const std::vector<int32_t> ids = {1, 17, 300, 45, 9, 1200, 3, 77};
+    return {model->forward(single_sequence_batch(*cache, ids, 0, true)), model->load_report().from_cache};
+  }
+
+  size_t cache_files() const {
+    if (!fs::exists(cache_dir_)) return 0;
+    return static_cast<size_t>(std::distance(fs::directory_iterator(cache_dir_), fs::directory_iterator()));
+  }
+
+  testing::TempDir temp_;
+  ThreadPool pool_{2};
+  std::string model_dir_, cache_dir_;
+};
+
+TEST_F(QuantizedCacheTest, TheSecondLoadMapsThePackedWeightsAndComputesTheSame) {
+  for (const char* plan : {"wint4", "wint8", "block_wise_fp8"}) {
+    SCOPED_TRACE(plan);
+    const auto [first, first_cached] = run(plan);
+    EXPECT_FALSE(first_cached);
+    const auto [second, second_cached] = run(plan);
+    EXPECT_TRUE(second_cached);
+    EXPECT_EQ(first, second) << "the packed weights must be the very same bytes";
+  }
+  EXPECT_EQ(cache_files(), 3u) << "one file per plan";
+}
+
+TEST_F(QuantizedCacheTest, AChangedCheckpointOrADamagedFileIsRebuiltNeverUsed) {
+  const auto [reference, unused] = run("wint4");
+  ASSERT_EQ(cache_files(), 1u);
+  const fs::path file = fs::directory_iterator(cache_dir_)->path();
+  // Damaged: cut in half. The load quantizes again (same logits) and rewrites it.
+  fs::resize_file(file, fs::file_size(file) / 2);
+  const auto [after_damage, cached_damaged] = run("wint4");
+  EXPECT_FALSE(cached_damaged);
+  EXPECT_EQ(after_damage, reference);
+  EXPECT_TRUE(run("wint4").second) << "rewritten after the damage";
+  // The checkpoint changes (a newer file): another key, so another file, built afresh.
+  fs::last_write_time(model_dir_ + "/model.safetensors", fs::last_write_time(model_dir_ + "/model.safetensors") + std::chrono::hours(1));
+  EXPECT_FALSE(run("wint4").second);
+  EXPECT_EQ(cache_files(), 2u);
+}
+
+TEST_F(QuantizedCacheTest, OffUnlessAsked) {
+  unsetenv("FD_ENABLE_MODEL_LOAD_CACHE");
+  EXPECT_EQ(quantized_cache_dir(), "");
+  run("wint4");
+  EXPECT_EQ(cache_files(), 0u);
+}
+
+}  // namespace
+}  // namespace ernie

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
-#include "util/mapped_file.h"
+#include "util/page_in.h"
 #include "util/text_file.h"
 
 namespace ernie {

@@ -12,7 +12,7 @@
 #include "model/quantized_cache.h"
 #include "util/error.h"
 #include "util/log.h"
-#include "util/mapped_file.h"
+#include "util/page_in.h"
 #include "util/memory_info.h"
 #include "util/progress.h"
 #include "util/stopwatch.h"

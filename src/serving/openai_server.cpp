@@ -625,6 +625,7 @@ OpenAiService::OpenAiService(const ServeConfig& config, EngineClient& engine, co
     // Images are encoded on the requests' worker threads with a pool of their own (half
     // the engine's threads, at least one), so decoding never waits for them.
     vision_ = std::make_unique<VisionFrontend>(language_model, std::max<size_t>(1, config.threads / 2));
+    media_workers_ = std::make_unique<WorkerPool>(2, 64);
     log_info("images: up to ", config.multimodal.max_images, " image(s) per prompt (--limit-mm-per-prompt), ",
              config.multimodal.image.min_pixels, "..", config.multimodal.image.max_pixels, " pixels each after resizing");
   }
@@ -832,6 +833,7 @@ std::vector<std::string> OpenAiService::shutdown(std::chrono::milliseconds wait)
     shutting_down_ = true;
   }
   workers_.reset();  // requests still queued are answered 503 by their responders' drop
+  media_workers_.reset();
   std::vector<std::string> cut_off = abort_all_requests();
   std::unique_lock<std::mutex> lock(live_mutex_);
   if (!live_changed_.wait_for(lock, wait, [&] { return live_.empty(); }))
@@ -960,10 +962,28 @@ void OpenAiService::finalize_params(OpenAiRequest& request, size_t prompt_length
   }
 }
 
+namespace {
+
+// Runs `body`, answering the client with the error when it throws.
+template <typename Body>
+void answering_errors(HttpResponder& responder, const Body& body) {
+  try {
+    body();
+  } catch (const ApiException& exception) {
+    log_info("request rejected (", exception.error.status, "): ", exception.error.message);
+    responder.respond(json_error_response(exception.error));
+  } catch (const std::exception& exception) {
+    log_warning("request failed: ", exception.what());
+    responder.respond(json_error_response({500, "internal error", "server_error", ""}));
+  }
+}
+
+}  // namespace
+
 void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std::shared_ptr<HttpResponder> responder,
                                       Clock::time_point arrival) {
   metrics_.request_received();
-  try {
+  answering_errors(*responder, [&] {
     OpenAiRequest request = parse_openai_request(kind, http.body, defaults_);
     // As FastDeploy: any name reaches the loaded model (clients often send a fixed one),
     // unless --served-model-name says which names the server answers to.
@@ -971,67 +991,78 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
         request.model != "default")
       throw ApiException{{404, "The model `" + request.model + "` does not exist; this server serves `" +
                                    config_.model_name + "`", "invalid_request_error", "model"}};
-    std::string rendered;
-    std::shared_ptr<const MultimodalPrompt> multimodal;
-    std::vector<std::vector<int32_t>> prompts = prompts_for(request, rendered, multimodal);
-    // Checked here, not only by the engine, so a stream never starts for a bad prompt.
-    try {
-      for (const auto& prompt : prompts) validate_prompt_tokens(prompt, model_.vocab_size);
-    } catch (const Error& error) {
-      invalid_field(kind == ApiKind::kChat ? "prompt_token_ids" : "prompt", error.what());
+    // Images and video take seconds to minutes to encode: such requests continue on
+    // workers of their own, so they never hold up the text requests behind them.
+    if (media_workers_ && kind == ApiKind::kChat &&
+        !collect_media(request.messages, config_.multimodal, true).empty()) {
+      std::function<void()> task = [self = shared_from_this(), kind, request = std::move(request), responder, arrival] {
+        answering_errors(*responder, [&] { self->generate(kind, request, responder, arrival); });
+      };
+      if (!media_workers_->try_post(task))
+        throw ApiException{{503, "too many requests with images or video are waiting to be encoded; retry later",
+                            "server_error", ""}};
+      return;
     }
-    size_t longest = 0;
-    for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
-    for (const auto& prompt : prompts)
-      if (prompt.empty()) finalize_params(request, 0);  // reports the empty prompt
-    finalize_params(request, longest);
-    // The response id is the client's request_id (prefixed as FastDeploy does) or a
-    // random one; engine ids are always our own and random, so no client can name, and
-    // abort, another client's request.
-    const std::string prefix = kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-";
-    const std::string id = request.request_id.empty()                  ? prefix + random_hex(16)
-                           : request.request_id.rfind(prefix, 0) == 0 ? request.request_id
-                                                                       : prefix + request.request_id;
-    auto assembler = std::make_shared<ResponseAssembler>(shared_from_this(), request, id, config_.model_name, responder, arrival);
-    const std::string engine_id = random_hex(16);
-    const size_t n = static_cast<size_t>(request.n);
-    if (prompts.size() * n > kMaxPromptsPerRequest)
-      invalid_field("n", std::to_string(prompts.size()) + " prompts × n " + std::to_string(n) + " = " +
-                             std::to_string(prompts.size() * n) + " choices; the limit is " +
-                             std::to_string(kMaxPromptsPerRequest) + " per request");
-    // Choice k is prompt k / n, as OpenAI numbers them.
-    for (size_t k = 0; k < prompts.size() * n; ++k) {
-      const size_t i = k / n;
-      ResponseAssembler::Choice choice;
-      choice.engine_id = engine_id + "-" + std::to_string(k);
-      choice.prompt_ids = prompts[i];
-      choice.multimodal = multimodal;
-      choice.seed_offset = k % n;
-      if (k % n != 0 && config_.engine.prefix_caching) choice.after = k - k % n;
-      // The prompt as text, for echo and for prompt_tokens: what the client sent or the
-      // template rendered, else the decoded ids.
-      if (request.echo || request.return_token_ids) {
-        if (kind == ApiKind::kCompletion && i < request.prompt_texts.size()) choice.prompt_text = request.prompt_texts[i];
-        else if (kind == ApiKind::kChat && !rendered.empty()) choice.prompt_text = rendered;
-        else choice.prompt_text = tokenizer_.decode(prompts[i], false);
-      }
-      const bool parse_tool_calls = config_.tool_call_parser != ToolCallParser::kNone && !request.tools.is_null() && !request.tool_choice_none;
-      if (kind == ApiKind::kChat && (config_.reasoning_parser != ReasoningParser::kNone || parse_tool_calls)) {
-        const OutputSection start = initial_section(config_.reasoning_parser, prompts[i], markers_);
-        choice.starts_in_reasoning = start == OutputSection::kReasoning;
-        choice.parser = std::make_unique<OutputParser>(config_.reasoning_parser, parse_tool_calls, start);
-      }
-      assembler->choices().push_back(std::move(choice));
-    }
-    admit(assembler);
-    assembler->start();
-  } catch (const ApiException& exception) {
-    log_info("request rejected (", exception.error.status, "): ", exception.error.message);
-    responder->respond(json_error_response(exception.error));
-  } catch (const std::exception& exception) {
-    log_warning("request failed: ", exception.what());
-    responder->respond(json_error_response({500, "internal error", "server_error", ""}));
+    generate(kind, request, responder, arrival);
+  });
+}
+
+void OpenAiService::generate(ApiKind kind, OpenAiRequest request, const std::shared_ptr<HttpResponder>& responder,
+                             Clock::time_point arrival) {
+  std::string rendered;
+  std::shared_ptr<const MultimodalPrompt> multimodal;
+  std::vector<std::vector<int32_t>> prompts = prompts_for(request, rendered, multimodal);
+  // Checked here, not only by the engine, so a stream never starts for a bad prompt.
+  try {
+    for (const auto& prompt : prompts) validate_prompt_tokens(prompt, model_.vocab_size);
+  } catch (const Error& error) {
+    invalid_field(kind == ApiKind::kChat ? "prompt_token_ids" : "prompt", error.what());
   }
+  size_t longest = 0;
+  for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
+  for (const auto& prompt : prompts)
+    if (prompt.empty()) finalize_params(request, 0);  // reports the empty prompt
+  finalize_params(request, longest);
+  // The response id is the client's request_id (prefixed as FastDeploy does) or a
+  // random one; engine ids are always our own and random, so no client can name, and
+  // abort, another client's request.
+  const std::string prefix = kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-";
+  const std::string id = request.request_id.empty()                  ? prefix + random_hex(16)
+                         : request.request_id.rfind(prefix, 0) == 0 ? request.request_id
+                                                                     : prefix + request.request_id;
+  auto assembler = std::make_shared<ResponseAssembler>(shared_from_this(), request, id, config_.model_name, responder, arrival);
+  const std::string engine_id = random_hex(16);
+  const size_t n = static_cast<size_t>(request.n);
+  if (prompts.size() * n > kMaxPromptsPerRequest)
+    invalid_field("n", std::to_string(prompts.size()) + " prompts × n " + std::to_string(n) + " = " +
+                           std::to_string(prompts.size() * n) + " choices; the limit is " +
+                           std::to_string(kMaxPromptsPerRequest) + " per request");
+  // Choice k is prompt k / n, as OpenAI numbers them.
+  for (size_t k = 0; k < prompts.size() * n; ++k) {
+    const size_t i = k / n;
+    ResponseAssembler::Choice choice;
+    choice.engine_id = engine_id + "-" + std::to_string(k);
+    choice.prompt_ids = prompts[i];
+    choice.multimodal = multimodal;
+    choice.seed_offset = k % n;
+    if (k % n != 0 && config_.engine.prefix_caching) choice.after = k - k % n;
+    // The prompt as text, for echo and for prompt_tokens: what the client sent or the
+    // template rendered, else the decoded ids.
+    if (request.echo || request.return_token_ids) {
+      if (kind == ApiKind::kCompletion && i < request.prompt_texts.size()) choice.prompt_text = request.prompt_texts[i];
+      else if (kind == ApiKind::kChat && !rendered.empty()) choice.prompt_text = rendered;
+      else choice.prompt_text = tokenizer_.decode(prompts[i], false);
+    }
+    const bool parse_tool_calls = config_.tool_call_parser != ToolCallParser::kNone && !request.tools.is_null() && !request.tool_choice_none;
+    if (kind == ApiKind::kChat && (config_.reasoning_parser != ReasoningParser::kNone || parse_tool_calls)) {
+      const OutputSection start = initial_section(config_.reasoning_parser, prompts[i], markers_);
+      choice.starts_in_reasoning = start == OutputSection::kReasoning;
+      choice.parser = std::make_unique<OutputParser>(config_.reasoning_parser, parse_tool_calls, start);
+    }
+    assembler->choices().push_back(std::move(choice));
+  }
+  admit(assembler);
+  assembler->start();
 }
 
 }  // namespace ernie

@@ -68,6 +68,9 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   friend class ResponseAssembler;
   void handle_generation(ApiKind kind, const HttpRequest& request, std::shared_ptr<HttpResponder> responder,
                          std::chrono::steady_clock::time_point arrival);
+  // A parsed request from its prompt to the engine; throws ApiException for a bad one.
+  void generate(ApiKind kind, OpenAiRequest request, const std::shared_ptr<HttpResponder>& responder,
+                std::chrono::steady_clock::time_point arrival);
   // Registers a request about to start; throws ApiException (429 over --max-concurrency,
   // 400 for a client request_id already in flight).
   void admit(const std::shared_ptr<ResponseAssembler>& assembler);
@@ -92,7 +95,8 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   EngineClient& engine_;
   const Tokenizer& tokenizer_;
   const ModelConfig& model_;
-  std::unique_ptr<VisionFrontend> vision_;  // ERNIE-4.5-VL
+  std::unique_ptr<VisionFrontend> vision_;      // ERNIE-4.5-VL
+  std::unique_ptr<WorkerPool> media_workers_;  // requests with images or video, off the parsing workers
   RequestDefaults defaults_;
   std::unique_ptr<ChatTemplate> chat_template_;
   ServingMetrics metrics_;

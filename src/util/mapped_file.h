@@ -27,11 +27,4 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-class ByteProgress;
-class ThreadPool;
-
-// Reads the pages of mapped `regions` into memory now, in parallel on `pool` (16 MB
-// pieces), counting bytes on `progress` when given, so later reads do not fault.
-void page_in(ThreadPool& pool, std::span<const std::span<const uint8_t>> regions, ByteProgress* progress);
-
 }  // namespace ernie

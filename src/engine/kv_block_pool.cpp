@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/hash.h"
 
 namespace ernie {
 
@@ -17,9 +18,7 @@ uint64_t chain_block_hash(uint64_t parent_hash, std::span<const int32_t> tokens)
   uint64_t hash = parent_hash ^ (0x9e3779b97f4a7c15ull * (tokens.size() + 1));
   for (int32_t token : tokens) {
     hash ^= static_cast<uint32_t>(token) + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
-    hash = (hash ^ (hash >> 30)) * 0xbf58476d1ce4e5b9ull;
-    hash = (hash ^ (hash >> 27)) * 0x94d049bb133111ebull;
-    hash ^= hash >> 31;
+    hash = mix64(hash);
   }
   return hash;
 }

@@ -3,17 +3,9 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/hash.h"
 
 namespace ernie {
-namespace {
-
-uint64_t mix(uint64_t hash) {
-  hash = (hash ^ (hash >> 30)) * 0xbf58476d1ce4e5b9ull;
-  hash = (hash ^ (hash >> 27)) * 0x94d049bb133111ebull;
-  return hash ^ (hash >> 31);
-}
-
-}  // namespace
 
 void MultimodalPrompt::position(int64_t index, int32_t* thw) const {
   if (index < prompt_length) {
@@ -25,15 +17,8 @@ void MultimodalPrompt::position(int64_t index, int32_t* thw) const {
 }
 
 uint64_t visual_content_hash(int frames, int grid_h, int grid_w, std::span<const float> values) {
-  uint64_t hash = 1469598103934665603ull;
-  const auto add = [&](const void* data, size_t bytes) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 1099511628211ull;
-  };
   const int grid[3] = {frames, grid_h, grid_w};
-  add(grid, sizeof grid);
-  add(values.data(), values.size_bytes());
-  return hash;
+  return fnv1a(values.data(), values.size_bytes(), fnv1a(grid, sizeof grid));
 }
 
 std::shared_ptr<const MultimodalPrompt> make_multimodal_prompt(std::span<const int32_t> tokens, int32_t placeholder_id,
@@ -63,7 +48,7 @@ std::shared_ptr<const MultimodalPrompt> make_multimodal_prompt(std::span<const i
       item_row = 0;
     }
     prompt->feature_row[i] = row++;
-    const uint64_t key = mix(items[item].content_hash ^ mix(static_cast<uint64_t>(item_row++) + 1));
+    const uint64_t key = mix64(items[item].content_hash ^ mix64(static_cast<uint64_t>(item_row++) + 1));
     prompt->cache_identity[i] = static_cast<int32_t>(static_cast<uint32_t>(key) | 0x80000000u);
   }
   for (EncodedVisual& encoded : items)

@@ -200,6 +200,12 @@ std::vector<WeightMatrix*> linear_weights(ErnieWeights& weights) {
   return linears;
 }
 
+std::vector<const WeightMatrix*> linear_weights(const ErnieWeights& weights) {
+  std::vector<const WeightMatrix*> linears;
+  for_each_linear(weights, [&](const WeightMatrix& matrix, LinearRole) { linears.push_back(&matrix); });
+  return linears;
+}
+
 uint64_t resident_weight_bytes(const ErnieWeights& weights) {
   uint64_t total = weight_bytes(weights.embedding);
   for_each_linear(weights, [&](const WeightMatrix& matrix, LinearRole) {

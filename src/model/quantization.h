@@ -53,6 +53,7 @@ int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, Thread
 // Every Linear weight of the text decoder and MTP head (not the embedding, the routers
 // or the vision tower), always in the same order: what quantization and its cache visit.
 std::vector<WeightMatrix*> linear_weights(ErnieWeights& weights);
+std::vector<const WeightMatrix*> linear_weights(const ErnieWeights& weights);
 
 // Bytes of every weight matrix as the kernels hold them (the tied head counted once).
 uint64_t resident_weight_bytes(const ErnieWeights& weights);

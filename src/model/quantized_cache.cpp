@@ -11,6 +11,7 @@
 #include "kernels/quantize.h"
 #include "model/safetensors_writer.h"
 #include "util/error.h"
+#include "util/hash.h"
 #include "util/log.h"
 #include "util/text_file.h"
 
@@ -27,11 +28,6 @@ constexpr uint64_t kAlign = 64;
 
 uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 constexpr const char* kKeyField = "ernie.quantized_cache_key";
-
-uint64_t fnv1a(uint64_t hash, std::string_view text) {
-  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
-  return hash;
-}
 
 // What identifies a checkpoint directory's contents without reading its weights.
 std::string describe_checkpoint(const std::string& dir) {
@@ -80,7 +76,7 @@ std::string quantized_cache_key(const std::vector<std::string>& model_dirs, cons
 std::string quantized_cache_path(const std::string& cache_dir, const std::string& key) {
   char name[64];
   std::snprintf(name, sizeof name, "quantized-%016llx.safetensors",
-                static_cast<unsigned long long>(fnv1a(1469598103934665603ull, key)));
+                static_cast<unsigned long long>(fnv1a(key)));
   return cache_dir + "/" + name;
 }
 
@@ -139,8 +135,7 @@ std::unique_ptr<SafetensorsFile> load_quantized_cache(const std::string& path, c
 bool save_quantized_cache(const std::string& path, const std::string& key, const ErnieWeights& weights) {
   std::vector<TensorToWrite> tensors;
   std::map<std::string, std::string> metadata;
-  // linear_weights() takes a mutable reference; nothing here writes through it.
-  const std::vector<WeightMatrix*> linears = linear_weights(const_cast<ErnieWeights&>(weights));
+  const std::vector<const WeightMatrix*> linears = linear_weights(weights);
   // Each array padded with zeros to a whole number of cache lines.
   const auto add = [&](const std::string& name, DType dtype, const void* data, uint64_t bytes) {
     const uint64_t padded = aligned(bytes);

@@ -9,18 +9,13 @@
 
 #include "model/safetensors_writer.h"
 #include "util/error.h"
+#include "util/hash.h"
 #include "util/random.h"
 
 namespace ernie {
 namespace {
 
 using Shape = std::vector<int64_t>;
-
-uint64_t name_hash(const std::string& name) {
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : name) hash = (hash ^ c) * 1099511628211ull;
-  return hash;
-}
 
 // One logical tensor in torch orientation, before layout-specific renaming/fusing.
 struct Values {
@@ -44,7 +39,7 @@ class Generator {
   // Values drawn from a stream keyed by (seed, canonical name), so they do not depend on
   // the order in which tensors are generated or on the layout written.
   Lazy normal(const std::string& key, const Shape& shape, double mean, double std, DType dtype) const {
-    const uint64_t seed = spec_.seed * 0x100000001b3ull ^ name_hash(key);
+    const uint64_t seed = spec_.seed * 0x100000001b3ull ^ fnv1a(key);
     return {shape, dtype, [=] {
               Random random(seed);
               Values values{shape, {}, dtype};

@@ -6,18 +6,15 @@
 #include <cmath>
 #include <cstdint>
 
+#include "util/hash.h"
+
 namespace ernie {
 
 class Random {
  public:
   explicit Random(uint64_t seed) : state_(seed) {}
 
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return mix64(state_ += 0x9e3779b97f4a7c15ull); }
   // Uniform in the open interval (0, 1).
   double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }
   // Standard normal by Box-Muller.

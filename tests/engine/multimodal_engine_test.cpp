@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "model/ernie_model.h"
 #include "model/synthetic_checkpoint.h"
+#include "support/multimodal_run.h"
 #include "support/test_support.h"
 #include "util/random.h"
 
@@ -74,25 +75,7 @@ class MultimodalEngineTest : public ::testing::Test {
 
   // The greedy tokens of one forward pass over the whole prompt, then one token at a time.
   static std::vector<int32_t> direct(const GenerateRequest& generate) {
-    const MultimodalPrompt& multimodal = *generate.multimodal;
-    auto cache = model_->new_kv_cache();
-    std::vector<int32_t> tokens = generate.prompt;
-    std::vector<int32_t> out;
-    for (int step = 0; step < generate.params.max_tokens; ++step) {
-      const int64_t first = step == 0 ? 0 : static_cast<int64_t>(tokens.size()) - 1;
-      ForwardBatch batch = single_sequence_batch(
-          *cache, std::span<const int32_t>(tokens).subspan(static_cast<size_t>(first)), first, false);
-      for (int64_t i = first; i < static_cast<int64_t>(tokens.size()); ++i) {
-        int32_t thw[3];
-        multimodal.position(i, thw);
-        batch.rope_positions.insert(batch.rope_positions.end(), thw, thw + 3);
-        batch.input_embeddings.push_back(multimodal.has_features(i) ? multimodal.feature(i) : nullptr);
-      }
-      const std::vector<float>& logits = model_->forward(batch);
-      out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-      tokens.push_back(out.back());
-    }
-    return out;
+    return testing::run_multimodal(*model_, generate.prompt, *generate.multimodal, generate.params.max_tokens).generated;
   }
 
   static std::map<std::string, RequestOutput> run(Engine& engine, std::vector<GenerateRequest> requests,

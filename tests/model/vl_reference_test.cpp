@@ -15,8 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "model/ernie_model.h"
-#include "model/multimodal_positions.h"
+#include "engine/multimodal_prompt.h"
 #include "model/synthetic_checkpoint.h"
+#include "support/multimodal_run.h"
 #include "support/test_support.h"
 #include "vision/image.h"
 #include "vision/timestamp_render.h"
@@ -60,12 +61,10 @@ std::vector<VlCase> cases(const std::string& images) {
   };
 }
 
-// Our side of one case: the prompt's tokens, 3-D positions and feature rows.
+// Our side of one case: the prompt's tokens and each item after the vision encoder.
 struct Prompt {
   std::vector<int32_t> tokens;
-  RopePositions positions;
-  std::vector<std::vector<float>> features;  // per item
-  std::vector<VisualGrid> grids;
+  std::vector<EncodedVisual> items;
 };
 
 Image load_image(const std::string& path) { return decode_image(testing::read_bytes_file(path)); }
@@ -107,48 +106,15 @@ Prompt build_prompt(LanguageModel& model, ThreadPool& pool, const json& request)
     } else {
       patches = preprocess_image(load_image(segment.at("image").get<std::string>()), config);
     }
-    const VisualGrid grid{patches.grid_t, patches.grid_h, patches.grid_w};
-    prompt.grids.push_back(grid);
-    prompt.features.push_back(model.encode_vision(patches, pool));
+    EncodedVisual item;
+    item.grid = {patches.grid_t, patches.grid_h, patches.grid_w};
+    item.features = model.encode_vision(patches, pool);
     prompt.tokens.push_back(video ? vl.video_start_token_id : vl.image_start_token_id);
-    prompt.tokens.insert(prompt.tokens.end(), static_cast<size_t>(visual_token_count(grid)), vl.im_patch_id);
+    prompt.tokens.insert(prompt.tokens.end(), static_cast<size_t>(visual_token_count(item.grid)), vl.im_patch_id);
     prompt.tokens.push_back(video ? vl.video_end_token_id : vl.image_end_token_id);
+    prompt.items.push_back(std::move(item));
   }
-  prompt.positions = multimodal_rope_positions(prompt.tokens, vl.im_patch_id, prompt.grids);
   return prompt;
-}
-
-// All rows' logits of the prompt, then `greedy` tokens chosen by argmax and fed back.
-std::pair<std::vector<float>, std::vector<int32_t>> run_prompt(ErnieModel& model, const Prompt& prompt, int greedy) {
-  auto cache = model.new_kv_cache();
-  ForwardBatch batch = single_sequence_batch(*cache, prompt.tokens, 0, true);
-  batch.rope_positions = prompt.positions.thw;
-  // Placeholder run k takes item k's feature rows in order.
-  const int32_t placeholder = model.config().vl->im_patch_id;
-  const int64_t h = model.config().hidden_size;
-  batch.input_embeddings.assign(prompt.tokens.size(), nullptr);
-  int item = -1;
-  int64_t row = 0;
-  for (size_t t = 0; t < prompt.tokens.size(); ++t) {
-    if (prompt.tokens[t] != placeholder) continue;
-    if (t == 0 || prompt.tokens[t - 1] != placeholder) ++item, row = 0;
-    batch.input_embeddings[t] = prompt.features[static_cast<size_t>(item)].data() + row++ * h;
-  }
-  std::vector<float> logits = model.forward(batch);
-  const int64_t v = model.config().vocab_size;
-  std::vector<int32_t> generated;
-  std::vector<float> last(logits.end() - v, logits.end());
-  for (int i = 0; i < greedy; ++i) {
-    const auto next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
-    generated.push_back(next);
-    if (i + 1 == greedy) break;
-    const int64_t cache_position = static_cast<int64_t>(prompt.tokens.size()) + i;
-    ForwardBatch step = single_sequence_batch(*cache, std::vector<int32_t>{next}, cache_position, false);
-    const auto p = static_cast<int32_t>(prompt.positions.next + i);
-    step.rope_positions = {p, p, p};
-    last = model.forward(step);
-  }
-  return {logits, generated};
 }
 
 double max_difference(std::span<const float> ours, std::span<const float> theirs) {
@@ -194,19 +160,21 @@ TEST_P(VlReferenceTest, ImagesAndVideoAgreeWithTheNumpyReference) {
     const json reference = json::parse(testing::read_file(out + "/tokens.json"));
 
     const Prompt prompt = build_prompt(*model, pool, vl_case.request);
+    // The vision tower's output rows.
+    for (size_t item = 0; item < prompt.items.size(); ++item) {
+      const std::vector<float> theirs = testing::read_f32_file(out + "/item" + std::to_string(item) + ".features.f32");
+      EXPECT_LE(max_difference(prompt.items[item].features, theirs), variant.wint8 ? 2e-3 : 1e-3) << "item " << item;
+    }
     // The token stream and its 3-D positions, exactly.
+    const auto multimodal = make_multimodal_prompt(prompt.tokens, model->config().vl->im_patch_id,
+                                                   model->config().hidden_size, prompt.items);
     EXPECT_EQ(prompt.tokens, reference.at("ids").get<std::vector<int32_t>>());
     std::vector<int32_t> positions;
     for (const json& thw : reference.at("positions"))
       for (const json& p : thw) positions.push_back(p.get<int32_t>());
-    EXPECT_EQ(prompt.positions.thw, positions);
-    // The vision tower's output rows.
-    for (size_t item = 0; item < prompt.features.size(); ++item) {
-      const std::vector<float> theirs = testing::read_f32_file(out + "/item" + std::to_string(item) + ".features.f32");
-      EXPECT_LE(max_difference(prompt.features[item], theirs), variant.wint8 ? 2e-3 : 1e-3) << "item " << item;
-    }
+    EXPECT_EQ(multimodal->rope_positions, positions);
     const int greedy = vl_case.request.at("greedy_tokens").get<int>();
-    const auto [logits, generated] = run_prompt(*model, prompt, greedy);
+    const auto [logits, generated] = testing::run_multimodal(*model, prompt.tokens, *multimodal, greedy);
     const std::vector<float> theirs = testing::read_f32_file(out + "/logits.f32");
     if (!variant.wint8) {
       EXPECT_LE(max_difference(logits, theirs), 2e-3);

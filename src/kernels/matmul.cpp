@@ -200,7 +200,7 @@ constexpr int64_t kPanelRows = 16;
 constexpr int64_t kTokenChunk = 64;
 
 const float* fp8_row_scales(const WeightMatrix& w, int64_t r) {
-  return w.scales + (r / kFp8Block) * ((w.cols + kFp8Block - 1) / kFp8Block);
+  return w.fp8_scales() + (r / kFp8Block) * ((w.cols + kFp8Block - 1) / kFp8Block);
 }
 
 // FP8 rows widened to fp32, each weight the value load_fp8 / fp8_weight give it.

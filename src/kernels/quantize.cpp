@@ -20,19 +20,19 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 struct OwnedBytes {
   std::shared_ptr<uint8_t> bytes;
   uint8_t* data = nullptr;
-  float* scales = nullptr;
+  uint8_t* scales = nullptr;
 };
 
-OwnedBytes allocate(size_t value_bytes, size_t num_scales) {
+OwnedBytes allocate(size_t value_bytes, size_t scale_bytes) {
   const size_t value_space = (value_bytes + 63) / 64 * 64;
-  const size_t total = value_space + num_scales * sizeof(float);
+  const size_t total = value_space + scale_bytes;
   auto* raw = static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64));
   if (raw == nullptr) fail("out of memory quantizing a weight of ", total, " bytes");
   std::memset(raw, 0, total);
   OwnedBytes owned;
   owned.bytes = std::shared_ptr<uint8_t>(raw, [](uint8_t* p) { std::free(p); });
   owned.data = raw;
-  owned.scales = reinterpret_cast<float*>(raw + value_space);
+  owned.scales = raw + value_space;
   return owned;
 }
 
@@ -91,44 +91,91 @@ WeightMatrix quantized_matrix(const WeightMatrix& dense, WeightFormat format, in
   return out;
 }
 
+// Index of the scale of row r, block b in the integer formats' panel-major scale array.
+int64_t scale_index(int64_t r, int64_t b, int64_t blocks) {
+  return ((r / kQuantPanelRows) * blocks + b) * kQuantPanelRows + r % kQuantPanelRows;
+}
+
+// The fp16 scale a block is stored with, and the inverse its codes are rounded with (of
+// the stored value, so codes and scale agree exactly).
+struct BlockScale {
+  uint16_t stored;
+  float inverse;
+};
+
+BlockScale store_scale(float scale) {
+  const uint16_t stored = f32_to_f16(scale);
+  const float rounded = f16_to_f32(stored);
+  return {stored, rounded != 0 ? 1.0f / rounded : 0.0f};
+}
+
 WeightMatrix quantize_int8(const WeightMatrix& dense, int32_t group) {
   const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
-  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols), static_cast<size_t>(blocks * prows));
+  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols), static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
+  auto* scales = reinterpret_cast<uint16_t*>(owned.scales);
   // Padding rows hold the stored zero (128) so they add nothing.
   std::memset(owned.data, 128, static_cast<size_t>(prows * cols));
   RowReader read(dense);
   for (int64_t r = 0; r < rows; ++r) {
     const float* w = read(r);
-    const float scale = max_abs(w, cols) / 127.0f;
-    const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
     uint8_t* panel = owned.data + (r / kQuantPanelRows) * kQuantPanelRows * cols;
     const int64_t lane = r % kQuantPanelRows;
-    for (int64_t k = 0; k < cols; ++k)
-      panel[(k / 4) * 64 + lane * 4 + k % 4] = static_cast<uint8_t>(round_clamp(w[k] * inverse, -127, 127) + 128);
-    for (int64_t b = 0; b < blocks; ++b) owned.scales[b * prows + r] = scale;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const BlockScale scale = store_scale(max_abs(w + b * group, group) / 127.0f);
+      for (int64_t k = b * group; k < (b + 1) * group; ++k)
+        panel[(k / 4) * 64 + lane * 4 + k % 4] = static_cast<uint8_t>(round_clamp(w[k] * scale.inverse, -127, 127) + 128);
+      scales[scale_index(r, b, blocks)] = scale.stored;
+    }
   }
   return quantized_matrix(dense, WeightFormat::kInt8, group, owned);
 }
 
+// The int4 scale of one block of 32 weights that minimises the squared error, as
+// llama.cpp's k-quants choose theirs: for each trial grid (the extreme value mapped to
+// -8 · f for a few f around 1) round every weight to its code q in [-8, 7], then take the
+// least-squares scale Σwq / Σq² for those codes; keep the trial whose fit leaves the
+// least error Σw² - (Σwq)² / Σq². Absmax alone (f = 1, Q4_0's choice) wastes part of
+// the range on one outlier.
+ERNIE_CLONE_FOR_ISAS
+float int4_block_scale(const float* w) {
+  constexpr int kGroup = 32;
+  float extreme = 0.0f;
+  for (int k = 0; k < kGroup; ++k)
+    if (std::fabs(w[k]) > std::fabs(extreme)) extreme = w[k];
+  if (extreme == 0.0f) return 0.0f;
+  float best_scale = extreme / -8.0f, best_fit = -1.0f;
+  constexpr float kRoundingMagic = 12582912.0f;  // 1.5 * 2^23: x + m - m rounds to nearest even
+  for (int trial = -5; trial <= 5; ++trial) {
+    const float inverse = -(8.0f + 0.2f * static_cast<float>(trial)) / extreme;
+    float wq = 0.0f, qq = 0.0f;
+    for (int k = 0; k < kGroup; ++k) {
+      float q = (w[k] * inverse + kRoundingMagic) - kRoundingMagic;
+      q = q < -8.0f ? -8.0f : q > 7.0f ? 7.0f : q;
+      wq += w[k] * q;
+      qq += q * q;
+    }
+    if (qq > 0.0f && wq * wq / qq > best_fit) {
+      best_fit = wq * wq / qq;
+      best_scale = wq / qq;
+    }
+  }
+  return best_scale;
+}
+
 WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
   const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
-  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols / 2), static_cast<size_t>(blocks * prows));
+  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols / 2), static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
+  auto* scales = reinterpret_cast<uint16_t*>(owned.scales);
   std::memset(owned.data, 0x88, static_cast<size_t>(prows * cols / 2));  // stored zeros
   RowReader read(dense);
   std::vector<uint8_t> codes(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     const float* w = read(r);
     for (int64_t b = 0; b < blocks; ++b) {
-      // The value of largest magnitude maps exactly to -8, so the range [-8, 7] is used
-      // fully on that side (the sign of the scale follows it).
-      float extreme = 0.0f;
+      const BlockScale scale = store_scale(int4_block_scale(w + b * group));
       for (int64_t k = b * group; k < (b + 1) * group; ++k)
-        if (std::fabs(w[k]) > std::fabs(extreme)) extreme = w[k];
-      const float scale = extreme / -8.0f;
-      const float inverse = scale != 0 ? 1.0f / scale : 0.0f;
-      for (int64_t k = b * group; k < (b + 1) * group; ++k)
-        codes[static_cast<size_t>(k)] = static_cast<uint8_t>(round_clamp(w[k] * inverse, -8, 7) + 8);
-      owned.scales[b * prows + r] = scale;
+        codes[static_cast<size_t>(k)] = static_cast<uint8_t>(round_clamp(w[k] * scale.inverse, -8, 7) + 8);
+      scales[scale_index(r, b, blocks)] = scale.stored;
     }
     uint8_t* panel = owned.data + (r / kQuantPanelRows) * kQuantPanelRows * cols / 2;
     const int64_t lane = r % kQuantPanelRows;
@@ -143,7 +190,8 @@ WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
 WeightMatrix quantize_fp8(const WeightMatrix& dense) {
   const int64_t rows = dense.rows, cols = dense.cols;
   const int64_t row_blocks = ceil_div(rows, kFp8Block), col_blocks = ceil_div(cols, kFp8Block);
-  OwnedBytes owned = allocate(static_cast<size_t>(rows * cols), static_cast<size_t>(row_blocks * col_blocks));
+  OwnedBytes owned = allocate(static_cast<size_t>(rows * cols), static_cast<size_t>(row_blocks * col_blocks) * sizeof(float));
+  auto* scales = reinterpret_cast<float*>(owned.scales);
   std::vector<float> block_rows(static_cast<size_t>(kFp8Block * cols));
   for (int64_t rb = 0; rb < row_blocks; ++rb) {
     const int64_t first = rb * kFp8Block, count = std::min(kFp8Block, rows - first);
@@ -154,7 +202,7 @@ WeightMatrix quantize_fp8(const WeightMatrix& dense) {
       for (int64_t r = 0; r < count; ++r) m = std::max(m, max_abs(block_rows.data() + r * cols + k0, width));
       const float scale = m / 448.0f;
       const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
-      owned.scales[rb * col_blocks + cb] = scale;
+      scales[rb * col_blocks + cb] = scale;
       for (int64_t r = 0; r < count; ++r)
         for (int64_t k = k0; k < k0 + width; ++k)
           owned.data[(first + r) * cols + k] = f32_to_e4m3(block_rows[static_cast<size_t>(r * cols + k)] * inverse);
@@ -183,11 +231,7 @@ const char* weight_format_name(WeightFormat format) {
   return "?";
 }
 
-int32_t integer_group_size(int64_t cols) {
-  for (int32_t group : {128, 64, 32})
-    if (cols % group == 0) return group;
-  return 0;
-}
+int32_t integer_group_size(int64_t cols) { return cols % kIntegerGroup == 0 ? static_cast<int32_t>(kIntegerGroup) : 0; }
 
 bool can_quantize(const WeightMatrix& dense, WeightFormat format) {
   if (!dense.dense()) return false;
@@ -210,7 +254,7 @@ WeightMatrix quantize_weight(const WeightMatrix& dense, WeightFormat format) {
 
 std::vector<float> dequantize_weight(const WeightMatrix& m) {
   if (m.dense()) return m.to_f32();
-  const int64_t rows = m.rows, cols = m.cols, prows = padded_rows(rows);
+  const int64_t rows = m.rows, cols = m.cols;
   std::vector<float> out(static_cast<size_t>(rows * cols));
   const auto* bytes = static_cast<const uint8_t*>(m.data);
   for (int64_t r = 0; r < rows; ++r) {
@@ -220,15 +264,15 @@ std::vector<float> dequantize_weight(const WeightMatrix& m) {
       if (m.format == WeightFormat::kInt8) {
         const uint8_t* panel = bytes + (r / kQuantPanelRows) * kQuantPanelRows * cols;
         value = static_cast<float>(static_cast<int>(panel[(k / 4) * 64 + lane * 4 + k % 4]) - 128) *
-                m.scales[(k / m.group) * prows + r];
+                f16_to_f32(m.integer_scales()[scale_index(r, k / m.group, cols / m.group)]);
       } else if (m.format == WeightFormat::kInt4) {
         const uint8_t* panel = bytes + (r / kQuantPanelRows) * kQuantPanelRows * cols / 2;
         const uint8_t byte = panel[(k / 8) * 64 + lane * 4 + k % 4];
         const int code = (k % 8) < 4 ? (byte & 0xf) : (byte >> 4);
-        value = static_cast<float>(code - 8) * m.scales[(k / m.group) * prows + r];
+        value = static_cast<float>(code - 8) * f16_to_f32(m.integer_scales()[scale_index(r, k / m.group, cols / m.group)]);
       } else {
         const int64_t col_blocks = ceil_div(cols, kFp8Block);
-        value = e4m3_to_f32(bytes[r * cols + k]) * m.scales[(r / kFp8Block) * col_blocks + k / kFp8Block];
+        value = e4m3_to_f32(bytes[r * cols + k]) * m.fp8_scales()[(r / kFp8Block) * col_blocks + k / kFp8Block];
       }
       out[static_cast<size_t>(r * cols + k)] = value;
     }
@@ -240,8 +284,8 @@ uint64_t weight_bytes(const WeightMatrix& m) {
   const auto elements = static_cast<uint64_t>(m.rows * m.cols);
   switch (m.format) {
     case WeightFormat::kDense: return elements * dtype_size(m.dtype);
-    case WeightFormat::kInt8: return elements + static_cast<uint64_t>(m.cols / m.group * m.rows) * 4;
-    case WeightFormat::kInt4: return elements / 2 + static_cast<uint64_t>(m.cols / m.group * m.rows) * 4;
+    case WeightFormat::kInt8: return elements + static_cast<uint64_t>(m.cols / m.group * m.rows) * 2;
+    case WeightFormat::kInt4: return elements / 2 + static_cast<uint64_t>(m.cols / m.group * m.rows) * 2;
     case WeightFormat::kFp8:
       return elements + static_cast<uint64_t>(ceil_div(m.rows, kFp8Block) * ceil_div(m.cols, kFp8Block)) * 4;
   }
@@ -258,12 +302,13 @@ uint64_t packed_value_bytes(const WeightMatrix& m) {
   return 0;
 }
 
-uint64_t packed_scale_count(const WeightMatrix& m) {
+uint64_t packed_scale_bytes(const WeightMatrix& m) {
   switch (m.format) {
     case WeightFormat::kDense: return 0;
     case WeightFormat::kInt8:
-    case WeightFormat::kInt4: return static_cast<uint64_t>(m.cols / m.group * padded_rows(m.rows));
-    case WeightFormat::kFp8: return static_cast<uint64_t>(ceil_div(m.rows, kFp8Block) * ceil_div(m.cols, kFp8Block));
+    case WeightFormat::kInt4: return static_cast<uint64_t>(m.cols / m.group * padded_rows(m.rows)) * sizeof(uint16_t);
+    case WeightFormat::kFp8:
+      return static_cast<uint64_t>(ceil_div(m.rows, kFp8Block) * ceil_div(m.cols, kFp8Block)) * sizeof(float);
   }
   return 0;
 }

@@ -8,7 +8,11 @@
 //   int8 line q of panel p: byte 4r + j = w[16p + r][4q + j] + 128           (u8)
 //   int4 line q of panel p: byte 4r + j = (w[16p+r][8q+j] + 8) | (w[16p+r][8q+4+j] + 8) << 4
 // Values are stored with an offset so they are unsigned; the kernels remove the offset
-// with the activations' block sums. Scales are float [cols / group][padded rows].
+// with the activations' block sums. Each row has one scale per block of kIntegerGroup
+// (32) inputs, as llama.cpp's Q8_0 / Q4_0 do, stored as fp16 and panel-major: the 16
+// scales of panel p, block b are at [(p * blocks + b) * 16 .. + 16), so a panel's
+// scales are one short sequential run read beside its values. int8 scales are the
+// block's max|w| / 127; int4 scales minimise the block's squared error.
 // Activations are quantized per token and per block of `group` inputs to int8 with
 // scale max|x| / 127, so every integer sum is exact and every ISA path computes the
 // same numbers up to the final float rounding.
@@ -28,15 +32,15 @@
 namespace ernie {
 
 constexpr int64_t kQuantPanelRows = 16;
+constexpr int64_t kIntegerGroup = 32;
 constexpr int64_t kFp8Block = 128;
 
 // Parses "wint8", "wint4", "block_wise_fp8" (and "bf16"/"none" as kDense); nullopt otherwise.
 std::optional<WeightFormat> parse_weight_format(std::string_view name);
 const char* weight_format_name(WeightFormat format);
 
-// The group size an integer format uses for a matrix with `cols` inputs: 128, or 64/32
-// when cols is not a multiple of 128; 0 when cols is not a multiple of 32 (the matrix
-// then cannot use the integer formats and stays dense).
+// The group size an integer format uses for a matrix with `cols` inputs: kIntegerGroup,
+// or 0 when cols is not a multiple of it (the matrix then stays dense).
 int32_t integer_group_size(int64_t cols);
 
 // Whether `dense` can be stored in `format` (integer formats need integer_group_size > 0).
@@ -51,10 +55,10 @@ std::vector<float> dequantize_weight(const WeightMatrix& matrix);
 
 // Bytes of weight data a matmul streams for this matrix (packed values and scales).
 uint64_t weight_bytes(const WeightMatrix& matrix);
-// The exact sizes of a quantized matrix's two arrays (`data` bytes, `scales` floats), as
+// The exact sizes in bytes of a quantized matrix's two arrays (`data`, `scales`), as
 // quantize_weight allocates them (integer formats pad rows to whole panels).
 uint64_t packed_value_bytes(const WeightMatrix& matrix);
-uint64_t packed_scale_count(const WeightMatrix& matrix);
+uint64_t packed_scale_bytes(const WeightMatrix& matrix);
 
 // FP8 e4m3 ("fn": no infinities, max 448) conversions, round to nearest even.
 uint8_t f32_to_e4m3(float value);

@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Bumped whenever the packed layout or this file's layout changes: old files then miss.
-constexpr const char* kCacheVersion = "ernie.cpp quantized weights v2";
+constexpr const char* kCacheVersion = "ernie.cpp quantized weights v3";
 // Every array starts on a cache line, as the kernels' own copies do: a packed line read
 // across two lines costs decode a third of its speed.
 constexpr uint64_t kAlign = 64;
@@ -51,6 +51,9 @@ std::string plan_text(const QuantizationPlan& plan) {
   return str_cat(weight_format_name(plan.dense), "/", weight_format_name(plan.experts), "/", weight_format_name(plan.head));
 }
 
+
+// Integer formats keep fp16 scales, FP8 float ones (kernels/quantize.h).
+DType scale_dtype(const WeightMatrix& m) { return m.format == WeightFormat::kFp8 ? DType::kF32 : DType::kF16; }
 
 std::string describe_linear(const WeightMatrix& m) {
   return str_cat(weight_format_name(m.format), " ", m.group, " ", m.rows, " ", m.cols);
@@ -118,11 +121,10 @@ std::unique_ptr<SafetensorsFile> load_quantized_cache(const std::string& path, c
     const auto data = tensors.find(name + ".data"), scales = tensors.find(name + ".scales");
     if (data == tensors.end() || scales == tensors.end()) return stale(name + " lacks its data or scales");
     if (data->second->dtype != DType::kU8 || data->second->size != aligned(packed_value_bytes(packed)) ||
-        scales->second->dtype != DType::kF32 ||
-        scales->second->size != aligned(packed_scale_count(packed) * sizeof(float)))
+        scales->second->dtype != scale_dtype(packed) || scales->second->size != aligned(packed_scale_bytes(packed)))
       return stale(name + " has the wrong size");
     packed.data = file->data(*data->second);
-    packed.scales = reinterpret_cast<const float*>(file->data(*scales->second));
+    packed.scales = file->data(*scales->second);
     if (reinterpret_cast<uintptr_t>(packed.data) % kAlign != 0 || reinterpret_cast<uintptr_t>(packed.scales) % kAlign != 0)
       return stale(name + " is not aligned to cache lines");
     replacements.emplace_back(linears[i], packed);
@@ -154,7 +156,7 @@ bool save_quantized_cache(const std::string& path, const std::string& key, const
       if (m.dense()) continue;
       const std::string name = "linear." + std::to_string(i);
       metadata[name] = describe_linear(m);
-      if (scales) add(name + ".scales", DType::kF32, m.scales, packed_scale_count(m) * sizeof(float));
+      if (scales) add(name + ".scales", scale_dtype(m), m.scales, packed_scale_bytes(m));
       else add(name + ".data", DType::kU8, m.data, packed_value_bytes(m));
     }
   if (tensors.empty()) return false;

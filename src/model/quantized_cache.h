@@ -7,8 +7,9 @@
 // rebuilt.
 //
 // File layout: for each quantized Linear, in the loader's fixed order, "linear.N.data"
-// (U8: the packed values as the kernels read them) and "linear.N.scales" (F32); the
-// metadata holds the key and, per Linear, "format group rows cols".
+// (U8: the packed values as the kernels read them) and "linear.N.scales" (F16 for the
+// integer formats, F32 for FP8); the metadata holds the key and, per Linear, "format
+// group rows cols".
 #pragma once
 
 #include <memory>

@@ -1,5 +1,8 @@
 #include "tensor/dtype.h"
 
+#include <cmath>
+#include <cstring>
+
 #include "util/error.h"
 
 namespace ernie {
@@ -33,6 +36,29 @@ size_t dtype_size(DType dtype) {
 }
 
 bool is_float_dtype(DType dtype) { return dtype != DType::kU8; }
+
+uint16_t f32_to_f16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  // 65520 and above round beyond the largest half: saturate.
+  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7bffu);
+  if (magnitude < 0x38800000u) {
+    // Below the smallest normal half (2^-14): a multiple of 2^-24, rounded to nearest
+    // even in float arithmetic (exact here, as 2^24 scaling is).
+    float scaled;
+    const uint32_t plain = magnitude;
+    std::memcpy(&scaled, &plain, sizeof scaled);
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(scaled * 16777216.0f)));
+  }
+  // Normal: rebias the exponent and keep 10 mantissa bits, rounding to nearest even on
+  // the 13 dropped bits; a carry into the exponent is the correct rounding.
+  const uint32_t rebased = magnitude - (112u << 23);
+  const uint32_t rounded = rebased + 0xfffu + ((rebased >> 13) & 1u);
+  return static_cast<uint16_t>(sign | (rounded >> 13));
+}
 
 float f16_to_f32(uint16_t bits) {
   const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;

@@ -37,6 +37,9 @@ inline uint16_t f32_to_bf16(float value) {
 }
 
 float f16_to_f32(uint16_t bits);
+// IEEE half, rounded to nearest even; beyond the half range it saturates to ±65504 (a
+// scale never needs infinity), NaN stays NaN.
+uint16_t f32_to_f16(float value);
 
 // Converts `count` elements of `dtype` at `src` to fp32.
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t count);

@@ -16,8 +16,8 @@ namespace ernie {
 // How a WeightMatrix stores its values (FastDeploy's --quantization names in brackets).
 enum class WeightFormat : uint8_t {
   kDense,  // elements of `dtype`, row-major
-  kInt8,   // [wint8] int8, one scale per output row
-  kInt4,   // [wint4] int4, one scale per output row and group of `group` inputs
+  kInt8,   // [wint8] int8, one fp16 scale per output row and group of `group` inputs
+  kInt4,   // [wint4] int4, likewise
   kFp8,    // [block_wise_fp8] FP8 e4m3, one scale per 128x128 block
 };
 
@@ -25,13 +25,17 @@ struct WeightMatrix {
   DType dtype = DType::kBF16;  // element type of a kDense matrix
   WeightFormat format = WeightFormat::kDense;
   int32_t group = 0;              // inputs per scale (quantized formats)
-  const float* scales = nullptr;  // quantized formats; layout per format
+  // Quantized formats: kInt8/kInt4 fp16 (uint16_t bits), kFp8 float; layouts in
+  // kernels/quantize.h.
+  const void* scales = nullptr;
   int64_t rows = 0;  // output features
   int64_t cols = 0;  // input features
   const void* data = nullptr;
   std::shared_ptr<const void> storage;  // set when the matrix owns its bytes
 
   bool empty() const { return data == nullptr; }
+  const uint16_t* integer_scales() const { return static_cast<const uint16_t*>(scales); }
+  const float* fp8_scales() const { return static_cast<const float*>(scales); }
   bool dense() const { return format == WeightFormat::kDense; }
   // Row access and slicing apply to dense matrices only.
   size_t row_bytes() const { return static_cast<size_t>(cols) * dtype_size(dtype); }

@@ -104,6 +104,7 @@ struct TokenizerFiles {
   std::vector<std::string> additional_special_tokens;
   std::vector<AddedToken> added_tokens;
   std::string chat_template;
+  bool add_bos_token = false;  // ERNIE's tokenizer classes add none unless configured to
 };
 
 namespace {
@@ -216,6 +217,8 @@ TokenizerFiles read_tokenizer_files(const fs::path& dir) {
     if (config.contains("chat_template")) {
       files.chat_template = read_chat_template_value(config["chat_template"], config_path);
     }
+    if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
+      files.add_bos_token = config["add_bos_token"].get<bool>();
   }
   // special_tokens_map.json is what transformers saves last, so it overrides the config.
   const fs::path map_path = dir / "special_tokens_map.json";
@@ -380,6 +383,7 @@ void Tokenizer::resolve_named_tokens(const TokenizerFiles& files) {
     return named == files.named_tokens.end() ? std::string() : named->second;
   };
   cls_token_ = string_of("cls_token");
+  adds_bos_ = files.add_bos_token && bos_id_ != kNoToken;
   sep_token_ = string_of("sep_token");
 }
 

@@ -82,6 +82,9 @@ class Tokenizer {
   std::optional<int32_t> token_id(std::string_view exact_token) const;
 
   int32_t bos_id() const { return bos_id_; }
+  // tokenizer_config.json's add_bos_token: whether a text's encoding starts with BOS for
+  // tools that follow transformers (perplexity's second-half protocol, as llama.cpp).
+  bool adds_bos() const { return adds_bos_; }
   int32_t eos_id() const { return eos_id_; }
   int32_t pad_id() const { return pad_id_; }
   int32_t unk_id() const { return unk_id_; }
@@ -117,6 +120,7 @@ class Tokenizer {
   TokenStringMatcher emittable_special_matcher_;  // specials SentencePiece could produce
 
   int32_t bos_id_ = kNoToken;
+  bool adds_bos_ = false;
   int32_t eos_id_ = kNoToken;
   int32_t pad_id_ = kNoToken;
   int32_t unk_id_ = kNoToken;

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "model/config.h"
+#include "model/quantization.h"
 #include "support/test_support.h"
 
 namespace ernie {
@@ -87,6 +89,55 @@ TEST_F(PerplexityTest, WindowsRestartTheContext) {
   EXPECT_NEAR(split.mean_nll, expected, kNllTolerance);
   // A one-token last window predicts nothing.
   EXPECT_EQ(evaluate_perplexity(*model_, std::span<const int32_t>(golden.ids.data(), 101), 100).predicted_tokens, 99);
+}
+
+// llama-perplexity's protocol: whole windows only, and within each only rows context/2
+// .. context-2 predict (tokens context/2 + 1 .. context - 1).
+TEST_F(PerplexityTest, SecondHalfScoresTheSecondHalfOfWholeWindows) {
+  const GoldenCase golden = golden_case("len130");
+  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  PerplexityOptions options{.context = 64, .protocol = PerplexityProtocol::kSecondHalf};
+  const PerplexityResult result = evaluate_perplexity(*model_, golden.ids, options);
+  EXPECT_EQ(result.windows, 2);  // 130 tokens: two whole windows, the last 2 tokens dropped
+  EXPECT_EQ(result.predicted_tokens, 2 * 31);
+  // The first window is the reference's first 64 positions; the second starts afresh.
+  const std::span<const int32_t> second(golden.ids.data() + 64, 64);
+  const PerplexityResult alone = evaluate_perplexity(*model_, second, options);
+  EXPECT_EQ(alone.predicted_tokens, 31);
+  const double expected = (reference_nll_sum(golden, 32, 63, vocab) + alone.mean_nll * 31) / 62.0;
+  EXPECT_NEAR(result.mean_nll, expected, kNllTolerance);
+  // With a BOS id, each window's first token is replaced by it: the same as scoring a
+  // copy with those tokens swapped and no BOS.
+  options.bos_id = 1;
+  std::vector<int32_t> swapped = golden.ids;
+  swapped[0] = swapped[64] = 1;
+  PerplexityOptions plain = options;
+  plain.bos_id = -1;
+  EXPECT_DOUBLE_EQ(evaluate_perplexity(*model_, golden.ids, options).mean_nll,
+                   evaluate_perplexity(*model_, swapped, plain).mean_nll);
+  // Fewer tokens than one window score nothing, and say so.
+  const std::span<const int32_t> short_text(golden.ids.data(), 63);
+  EXPECT_NE(testing::error_message([&] { evaluate_perplexity(*model_, short_text, options); }).find("whole window"),
+            std::string::npos);
+}
+
+// KL divergence against a reference model: zero against itself; against the unquantized
+// weights a wint8 copy drifts a little and mostly keeps the top token (this random model
+// amplifies perturbations, so the bounds are loose).
+TEST_F(PerplexityTest, KlDivergenceAgainstAReferenceModel) {
+  const GoldenCase golden = golden_case("len130");
+  PerplexityOptions options{.context = 128, .reference = model_};
+  const PerplexityResult self = evaluate_perplexity(*model_, golden.ids, options);
+  EXPECT_NEAR(self.mean_kl, 0.0, 1e-9);
+  EXPECT_EQ(self.same_top1, 1.0);
+  const std::string dir = testing::golden_model_dir("tiny-dense");
+  auto quantized = ErnieModel::load(dir, *pool_, nullptr, parse_quantization("wint8", load_model_config(dir)));
+  const PerplexityResult drifted = evaluate_perplexity(*quantized, golden.ids, options);
+  EXPECT_GT(drifted.mean_kl, 1e-3);
+  EXPECT_LT(drifted.mean_kl, 0.5);
+  EXPECT_GT(drifted.same_top1, 0.5);
+  EXPECT_LT(drifted.same_top1, 1.0);
+  EXPECT_EQ(drifted.predicted_tokens, self.predicted_tokens);
 }
 
 TEST_F(PerplexityTest, BadInputIsRefused) {

@@ -53,6 +53,32 @@ TEST(DTypeTest, F16KnownValuesIncludingSubnormalsAndSpecials) {
   EXPECT_TRUE(std::isnan(f16_to_f32(0x7e00)));
 }
 
+// Every half round-trips exactly; a float between two halves goes to the nearer one
+// (ties to the even one), checked against the neighbours f16_to_f32 gives.
+TEST(DTypeTest, F32ToF16RoundsToNearestEven) {
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const auto half = static_cast<uint16_t>(bits);
+    const float value = f16_to_f32(half);
+    if (std::isnan(value)) {
+      EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(value))));
+    } else if (std::isfinite(value)) {
+      ASSERT_EQ(f32_to_f16(value), half) << value;
+    }
+  }
+  for (uint16_t half = 0x0001; half < 0x7bff; half = static_cast<uint16_t>(half + 97)) {
+    const float low = f16_to_f32(half), high = f16_to_f32(static_cast<uint16_t>(half + 1));
+    const float middle = low + (high - low) / 2;
+    const uint16_t even = (half & 1) ? static_cast<uint16_t>(half + 1) : half;
+    EXPECT_EQ(f32_to_f16(middle), even) << middle;
+    EXPECT_EQ(f32_to_f16(std::nextafter(middle, 0.0f)), half) << middle;
+    EXPECT_EQ(f32_to_f16(std::nextafter(middle, 1e9f)), static_cast<uint16_t>(half + 1)) << middle;
+    EXPECT_EQ(f32_to_f16(-middle), static_cast<uint16_t>(even | 0x8000u));
+  }
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7bff);  // saturates at 65504
+  EXPECT_EQ(f32_to_f16(-1e6f), 0xfbff);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -26)), 0x0000);  // a quarter of the smallest subnormal
+}
+
 TEST(DTypeTest, ConvertsBuffers) {
   const uint16_t bf16[] = {0x3f80, 0x4000};
   float out[2];

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "cli/model_loading.h"
+#include "kernels/matmul.h"
 #include "model/generation_config.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -107,6 +108,9 @@ LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& reque
   // The engine caches keys and values in bf16 unless told otherwise (FastDeploy's cache
   // dtype; half the memory and read traffic of fp32).
   if (!quantization.kv_cache_named) quantization.kv_cache = KvStorage::kBF16;
+  // bf16 weights multiply bf16-rounded activations where the CPU has AVX512-BF16 (twice
+  // the fp32 peak); ERNIE_BF16_PRODUCTS=0 keeps fp32 products.
+  set_bf16_products(env_or("ERNIE_BF16_PRODUCTS", "1") != "0");
   loaded.model = load_model_reporting(model_dir, *loaded.pool, quantization, mtp_directory(requested.speculative, model_dir));
   EngineConfig config = requested;
   fit_max_model_len(config, loaded.model->config());

@@ -54,6 +54,14 @@ void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y
 // later matmuls on this thread allocate nothing (run it on every pool thread).
 void reserve_matmul_scratch(int64_t max_cols);
 
+// bf16 weights times activations rounded to bf16 (AVX512-BF16's vdpbf16ps, fp32
+// accumulation), twice the float peak, as llama.cpp's BF16 and the reference models' own
+// bf16 arithmetic do; off, bf16 weights are widened and multiplied in fp32. Only CPUs
+// with AVX512-BF16 change path. The serving commands turn it on; the numerics tools
+// (ernie logits, ernie perplexity) and the golden tests keep fp32.
+void set_bf16_products(bool enabled);
+bool bf16_products_enabled();
+
 // Wraps an fp32 buffer [rows, cols] (e.g. the router) as a WeightMatrix view.
 WeightMatrix f32_matrix_view(const float* data, int64_t rows, int64_t cols);
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine/engine.h"
+#include "kernels/matmul.h"
 #include "model/ernie_model.h"
 #include "model/quantization.h"
 #include "support/test_support.h"
@@ -21,10 +22,12 @@ std::vector<int32_t> ids_for(int seed, int length) { return testing::synthetic_t
 struct Variant {
   std::string model;
   std::string quantization;  // --quantization value, "" for the checkpoint's bf16
+  bool bf16_products = false;  // kernels/matmul.h (where the CPU has AVX512-BF16)
 };
 
 std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
-  std::string name = info.param.model + "_" + (info.param.quantization.empty() ? "bf16" : info.param.quantization);
+  std::string name = info.param.model + "_" + (info.param.quantization.empty() ? "bf16" : info.param.quantization) +
+                     (info.param.bf16_products ? "_products" : "");
   for (char& c : name)
     if (c == '-') c = '_';
   return name;
@@ -33,9 +36,11 @@ std::string variant_name(const ::testing::TestParamInfo<Variant>& info) {
 class BatchInvarianceTest : public ::testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {
+    set_bf16_products(GetParam().bf16_products);
     const std::string dir = testing::golden_model_dir(GetParam().model);
     model_ = ErnieModel::load(dir, pool_, nullptr, parse_quantization(GetParam().quantization, load_model_config(dir)));
   }
+  void TearDown() override { set_bf16_products(false); }
   ThreadPool pool_{2};
   std::unique_ptr<ErnieModel> model_;
 };
@@ -117,7 +122,8 @@ INSTANTIATE_TEST_SUITE_P(Golden, BatchInvarianceTest,
                          ::testing::Values(Variant{"tiny-moe", ""}, Variant{"tiny-moe", "wint8"},
                                            Variant{"tiny-moe", "wint4"}, Variant{"tiny-moe", "block_wise_fp8"},
                                            Variant{"tiny-dense", ""}, Variant{"tiny-dense", "wint8"},
-                                           Variant{"tiny-dense", "block_wise_fp8"}),
+                                           Variant{"tiny-dense", "block_wise_fp8"}, Variant{"tiny-moe", "", true},
+                                           Variant{"tiny-dense", "", true}),
                          variant_name);
 
 // The engine's view of the same promise: a seeded temperature-1 request draws the same

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
 #include "model/ernie_model.h"
 #include "model/perplexity.h"
 #include "support/test_support.h"
@@ -68,6 +70,43 @@ TEST_P(TrainedModelTest, HeldOutPerplexityMatchesTorchWithinOnePercent) {
   EXPECT_EQ(ours.predicted_tokens, eval.at("predicted_tokens").get<int64_t>()) << "the tokenizations differ";
   const double torch = eval.at("perplexity").get<double>();
   EXPECT_NEAR(ours.perplexity, torch, 0.01 * torch);
+}
+
+// The serving commands' bf16 products (activations rounded to bf16 for vdpbf16ps, only
+// on CPUs with AVX512-BF16) on a trained model: logits move by the rounding, the
+// predictions and the held-out perplexity stay torch's. (The random golden models
+// amplify every perturbation about 2.4x per matmul, so there the same rounding moves
+// logits by up to 0.6: those tests keep fp32 products.)
+TEST_P(TrainedModelTest, Bf16ProductsKeepTorchsPredictions) {
+  if (!(active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16))
+    GTEST_SKIP() << "this CPU has no AVX512-BF16, so it never takes the bf16-product path";
+  set_bf16_products(true);
+  ThreadPool pool(2);
+  auto model = ErnieModel::load(model_dir(), pool);
+  const std::vector<int32_t> ids = read_ids(kSource + "/tests/data/trained/" + GetParam() + "-ids.txt");
+  const std::vector<float> expected = testing::read_f32_file(kSource + "/tests/data/trained/" + GetParam() + "-logits.bin");
+  const size_t vocab = static_cast<size_t>(model->config().vocab_size);
+  auto cache = model->new_kv_cache();
+  const std::vector<float> logits = model->forward(single_sequence_batch(*cache, ids, 0, /*all_rows=*/true));
+  float worst = 0;
+  size_t same_top = 0;
+  for (size_t i = 0; i < expected.size(); ++i) worst = std::max(worst, std::fabs(logits[i] - expected[i]));
+  for (size_t row = 0; row < ids.size(); ++row) {
+    const float* ours = logits.data() + row * vocab;
+    const float* theirs = expected.data() + row * vocab;
+    same_top += std::max_element(ours, ours + vocab) - ours == std::max_element(theirs, theirs + vocab) - theirs;
+  }
+  EXPECT_LE(worst, 0.1f);  // measured: 0.040 (dense), 0.026 (MoE)
+  EXPECT_EQ(same_top, ids.size());
+
+  const nlohmann::json eval = nlohmann::json::parse(testing::read_file(model_dir() + "/eval.json"));
+  const Tokenizer tokenizer = Tokenizer::load(model_dir());
+  const std::vector<int32_t> tokens =
+      tokenizer.encode(testing::read_file(kSource + "/" + eval.at("heldout_file").get<std::string>()), /*parse_special=*/false);
+  const PerplexityResult ours = evaluate_perplexity(*model, tokens, eval.at("context").get<int64_t>());
+  set_bf16_products(false);
+  const double torch = eval.at("perplexity").get<double>();
+  EXPECT_NEAR(ours.perplexity, torch, 0.002 * torch);  // measured: within 0.006%
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, TrainedModelTest, ::testing::Values("ernie-4.5-kjv-dense", "ernie-4.5-kjv-moe"),

@@ -3,6 +3,8 @@
 //   BM_MemoryRead      - all threads summing a 1 GiB buffer: the bandwidth roofline (GB/s)
 //   BM_PeakFma         - fp32 FMAs on independent registers: the float compute peak
 //   BM_PeakVnni        - int8 vpdpbusd on independent registers (AVX-512 VNNI only)
+//   BM_PeakBf16        - vdpbf16ps on independent registers (AVX512-BF16 only): the
+//                        peak of the bf16-product path (kernels/matmul.h)
 //   BM_Matmul/...      - y = x·Wᵀ; counters GB/s (weight bytes streamed per second) and
 //                        GFLOP/s (2·n·rows·cols, integer multiply-adds counted as flops)
 // Decode (n = 1) should sit near BM_MemoryRead's GB/s; prefill (n = 512) near the peak.
@@ -110,6 +112,18 @@ __attribute__((target("avx512f,avx512vnni"))) int peak_vnni() {
   return _mm512_reduce_add_epi32(total);
 }
 
+__attribute__((target("avx512f,avx512bf16"))) float peak_bf16() {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.999f), _mm512_set1_ps(0.999f));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.001f), _mm512_set1_ps(0.001f));
+  for (int64_t s = 0; s < kPeakSteps; ++s)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  __m512 total = acc[0];
+  for (int i = 1; i < 12; ++i) total = _mm512_add_ps(total, acc[i]);
+  return _mm512_reduce_add_ps(total);
+}
+
 // Runs `body` on every thread at once and reports flops_per_call per thread as GFLOP/s.
 template <typename Body>
 void run_peak(benchmark::State& state, double flops_per_call, Body body) {
@@ -135,6 +149,12 @@ void BM_PeakVnni(benchmark::State& state) {
   run_peak(state, 2.0 * 64 * 12 * kPeakSteps, [] { return static_cast<double>(peak_vnni()); });
 }
 BENCHMARK(BM_PeakVnni)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_PeakBf16(benchmark::State& state) {
+  if (!cpu_features().avx512_bf16) return state.SkipWithError("no AVX512-BF16 on this CPU");
+  run_peak(state, 2.0 * 32 * 12 * kPeakSteps, [] { return static_cast<double>(peak_bf16()); });
+}
+BENCHMARK(BM_PeakBf16)->Unit(benchmark::kMillisecond)->UseRealTime();
 #endif
 
 struct Operands {
@@ -166,6 +186,9 @@ void BM_Matmul(benchmark::State& state) {
   const auto format = static_cast<WeightFormat>(state.range(0));
   const int64_t n = state.range(1), rows = state.range(2), cols = state.range(3);
   Operands o = make_operands(format, n, rows, cols);
+  // bf16 weights as the serving commands multiply them (bf16 products where the CPU
+  // has AVX512-BF16).
+  set_bf16_products(true);
   MatmulInput input;
   for (auto _ : state) {
     // A fresh input each time, so the activation quantization is part of the cost.

@@ -7,6 +7,15 @@
 #include <cstring>
 #include <memory>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+// GCC 12's AVX-512 reduction helpers start from a deliberately undefined vector, which
+// its own flow analysis then reports; the values are never read.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include "kernels/cpu_features.h"
 #include "kernels/simd_dispatch.h"
 #include "util/error.h"
 
@@ -335,9 +344,37 @@ uint8_t f32_to_e4m3(float value) {
 
 float e4m3_to_f32(uint8_t bits) { return e4m3_table()[bits]; }
 
+#if defined(__x86_64__)
+// quantize_activation_row_portable with AVX-512, 16 values per step (it was 7% of a
+// 512-token prefill): vcvtps2dq rounds to nearest even as the portable magic-number
+// rounding does, so both give the same codes.
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void quantize_activation_row_avx512(
+    const float* x, int64_t cols, int32_t group, int8_t* values, float* scales, int32_t* sums) {
+  const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512i high = _mm512_set1_epi32(127), low = _mm512_set1_epi32(-127);
+  for (int64_t b = 0; b < cols / group; ++b) {
+    const float* in = x + b * group;
+    __m512 peak = _mm512_setzero_ps();
+    for (int64_t k = 0; k < group; k += 16) peak = _mm512_max_ps(peak, _mm512_and_ps(_mm512_loadu_ps(in + k), sign_off));
+    const float m = _mm512_reduce_max_ps(peak);
+    const float scale = m / 127.0f;
+    const __m512 inverse = _mm512_set1_ps(scale > 0 ? 1.0f / scale : 0.0f);
+    __m512i total = _mm512_setzero_si512();
+    for (int64_t k = 0; k < group; k += 16) {
+      __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(in + k), inverse));
+      q = _mm512_max_epi32(_mm512_min_epi32(q, high), low);
+      total = _mm512_add_epi32(total, q);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(values + b * group + k), _mm512_cvtepi32_epi8(q));
+    }
+    scales[b] = scale;
+    sums[b] = _mm512_reduce_add_epi32(total);
+  }
+}
+#endif
+
 ERNIE_CLONE_FOR_ISAS
-void quantize_activation_row(const float* x, int64_t cols, int32_t group, int8_t* values, float* scales,
-                             int32_t* sums) {
+void quantize_activation_row_portable(const float* x, int64_t cols, int32_t group, int8_t* values, float* scales,
+                                      int32_t* sums) {
   for (int64_t b = 0; b < cols / group; ++b) {
     const float* in = x + b * group;
     int8_t* q = values + b * group;
@@ -364,6 +401,15 @@ void quantize_activation_row(const float* x, int64_t cols, int32_t group, int8_t
     scales[b] = scale;
     sums[b] = sum;
   }
+}
+
+void quantize_activation_row(const float* x, int64_t cols, int32_t group, int8_t* values, float* scales,
+                             int32_t* sums) {
+#if defined(__x86_64__)
+  static const bool avx512 = active_isa_level() == IsaLevel::kAvx512;
+  if (avx512 && group % 16 == 0) return quantize_activation_row_avx512(x, cols, group, values, scales, sums);
+#endif
+  quantize_activation_row_portable(x, cols, group, values, scales, sums);
 }
 
 void quantize_activations(const float* x, int64_t n, int64_t cols, int32_t group, QuantizedActivations& out) {

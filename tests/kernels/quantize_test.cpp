@@ -210,6 +210,33 @@ TEST(QuantizeTest, ActivationBlocksAreExact) {
   EXPECT_EQ(q.sums[1], 0);
 }
 
+// Activation blocks against a scalar oracle: max|x| / 127 as the scale, each value
+// times its inverse rounded to nearest even. Every ISA path (this binary also runs under
+// ERNIE_ISA=generic and avx2) must give exactly these codes, sums and scales.
+TEST(QuantizeTest, ActivationCodesEqualTheScalarRounding) {
+  const int64_t n = 3, cols = 256;
+  std::vector<float> x = random_activations(n, cols, 21);
+  for (size_t i = 0; i < x.size(); i += 7) x[i] = std::nearbyint(x[i] * 4) / 4;  // ties after scaling are likelier
+  x[40] = 0.0f;
+  QuantizedActivations q;
+  quantize_activations(x.data(), n, cols, 32, q);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      const float* in = x.data() + t * cols + b * 32;
+      float m = 0;
+      for (int k = 0; k < 32; ++k) m = std::max(m, std::fabs(in[k]));
+      const float scale = m / 127.0f, inverse = scale > 0 ? 1.0f / scale : 0.0f;
+      ASSERT_EQ(q.scales[static_cast<size_t>(t * (cols / 32) + b)], scale);
+      int32_t sum = 0;
+      for (int k = 0; k < 32; ++k) {
+        const auto code = static_cast<int8_t>(std::clamp(std::nearbyint(in[k] * inverse), -127.0f, 127.0f));
+        ASSERT_EQ(q.values[static_cast<size_t>(t * cols + b * 32 + k)], code) << "t=" << t << " k=" << b * 32 + k;
+        sum += code;
+      }
+      ASSERT_EQ(q.sums[static_cast<size_t>(t * (cols / 32) + b)], sum);
+    }
+}
+
 }  // namespace
 }  // namespace ernie
 

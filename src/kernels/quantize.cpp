@@ -82,8 +82,13 @@ float max_abs(const float* values, int64_t count) {
   return m;
 }
 
+// Rounded to nearest even and clamped to [lo, hi] (integers). Clamping first keeps the
+// magic-number rounding exact (it needs |v| < 2^22); std::nearbyint is a libm call per
+// weight.
 int8_t round_clamp(float value, float lo, float hi) {
-  return static_cast<int8_t>(std::clamp(std::nearbyint(value), lo, hi));
+  constexpr float kRoundingMagic = 12582912.0f;  // 1.5 * 2^23
+  const float clamped = std::clamp(value, lo, hi);
+  return static_cast<int8_t>((clamped + kRoundingMagic) - kRoundingMagic);
 }
 
 // The quantized matrix over `owned`, with `dense`'s shape.
@@ -145,27 +150,45 @@ WeightMatrix quantize_int8(const WeightMatrix& dense, int32_t group) {
 // least-squares scale Σwq / Σq² for those codes; keep the trial whose fit leaves the
 // least error Σw² - (Σwq)² / Σq². Absmax alone (f = 1, Q4_0's choice) wastes part of
 // the range on one outlier.
-ERNIE_CLONE_FOR_ISAS
+//
+// The sums run in 16 lanes (two halves of the block) so they vectorise on every ISA,
+// and without fused multiply-adds, so every ISA picks the same scale.
+ERNIE_CLONE_FOR_ISAS __attribute__((optimize("fp-contract=off")))
 float int4_block_scale(const float* w) {
-  constexpr int kGroup = 32;
-  float extreme = 0.0f;
-  for (int k = 0; k < kGroup; ++k)
-    if (std::fabs(w[k]) > std::fabs(extreme)) extreme = w[k];
+  constexpr int kGroup = 32, kLanes = 16;
+  // The value of largest magnitude (the positive one on a tie), from lane-wise extremes.
+  float highs[kLanes], lows[kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    highs[l] = w[l] > w[l + kLanes] ? w[l] : w[l + kLanes];
+    lows[l] = w[l] < w[l + kLanes] ? w[l] : w[l + kLanes];
+  }
+  float high = highs[0], low = lows[0];
+  for (int l = 1; l < kLanes; ++l) {
+    high = highs[l] > high ? highs[l] : high;
+    low = lows[l] < low ? lows[l] : low;
+  }
+  const float extreme = high >= -low ? high : low;
   if (extreme == 0.0f) return 0.0f;
   float best_scale = extreme / -8.0f, best_fit = -1.0f;
   constexpr float kRoundingMagic = 12582912.0f;  // 1.5 * 2^23: x + m - m rounds to nearest even
   for (int trial = -5; trial <= 5; ++trial) {
     const float inverse = -(8.0f + 0.2f * static_cast<float>(trial)) / extreme;
-    float wq = 0.0f, qq = 0.0f;
-    for (int k = 0; k < kGroup; ++k) {
-      float q = (w[k] * inverse + kRoundingMagic) - kRoundingMagic;
-      q = q < -8.0f ? -8.0f : q > 7.0f ? 7.0f : q;
-      wq += w[k] * q;
-      qq += q * q;
+    float wq[kLanes] = {}, qq[kLanes] = {};
+    for (int half = 0; half < kGroup; half += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        float q = (w[half + l] * inverse + kRoundingMagic) - kRoundingMagic;
+        q = q < -8.0f ? -8.0f : q > 7.0f ? 7.0f : q;
+        wq[l] += w[half + l] * q;
+        qq[l] += q * q;
+      }
+    float wq_total = 0.0f, qq_total = 0.0f;
+    for (int l = 0; l < kLanes; ++l) {
+      wq_total += wq[l];
+      qq_total += qq[l];
     }
-    if (qq > 0.0f && wq * wq / qq > best_fit) {
-      best_fit = wq * wq / qq;
-      best_scale = wq / qq;
+    if (qq_total > 0.0f && wq_total * wq_total / qq_total > best_fit) {
+      best_fit = wq_total * wq_total / qq_total;
+      best_scale = wq_total / qq_total;
     }
   }
   return best_scale;

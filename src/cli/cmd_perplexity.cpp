@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/model_loading.h"
 #include "model/perplexity.h"
+#include "model/prequantized.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -62,6 +63,8 @@ int perplexity_command(int argc, char** argv) {
   auto model = load_model_reporting(model_dir, pool, quantization_from_flag(model_dir, quantization));
   std::unique_ptr<ErnieModel> reference;
   if (args.flag("kl-divergence")) {
+    if (prequantized_quantization(model_dir))
+      fail("--kl-divergence needs the original checkpoint: ", model_dir, " was packed by ernie quantize");
     if (quantization.empty()) fail("--kl-divergence compares a --quantization against the unquantized checkpoint");
     reference = load_model_reporting(model_dir, pool, quantization_from_flag(model_dir, ""));
     options.reference = reference.get();

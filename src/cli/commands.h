@@ -8,6 +8,7 @@ int run_command(int argc, char** argv);     // ernie run
 int logits_command(int argc, char** argv);  // ernie logits
 int perplexity_command(int argc, char** argv);  // ernie perplexity
 int synth_command(int argc, char** argv);   // ernie synth
+int quantize_command(int argc, char** argv);  // ernie quantize
 int bench_command(int argc, char** argv);   // ernie bench
 int serve_command(int argc, char** argv);   // ernie serve
 

@@ -19,6 +19,7 @@ constexpr const char* kUsage =
     "  logits    write the logits of every position of a token sequence\n"
     "  perplexity  score a text file: the perplexity users compare checkpoints and quantizations by\n"
     "  synth     write a random checkpoint in the real ERNIE 4.5 formats\n"
+    "  quantize  write a pre-quantized checkpoint that serve loads with no conversion\n"
     "  bench     offline engine benchmark: throughput, TTFT, time per output token\n"
     "\n"
     "`ernie <command> --help` describes a command's flags.\n";
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
     if (command == "logits") return ernie::logits_command(argc, argv);
     if (command == "perplexity") return ernie::perplexity_command(argc, argv);
     if (command == "synth") return ernie::synth_command(argc, argv);
+    if (command == "quantize") return ernie::quantize_command(argc, argv);
     if (command == "bench") return ernie::bench_command(argc, argv);
     std::fprintf(stderr, "error: unknown command \"%s\"\n\n%s", command.c_str(), kUsage);
     return 2;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "model/prequantized.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/process_stats.h"
@@ -43,7 +44,16 @@ std::string resolve_model_path(const std::string& model) {
   fail("--model ", model, " is not a directory");
 }
 
-QuantizationPlan quantization_from_flag(const std::string& model_dir, const std::string& value) {
+QuantizationPlan quantization_from_flag(const std::string& model_dir, const std::string& flag) {
+  // A pre-quantized checkpoint's own quantization_config takes priority over the flag,
+  // as FastDeploy's does.
+  std::string value = flag;
+  if (const std::optional<std::string> stored = prequantized_quantization(model_dir)) {
+    if (!flag.empty() && flag != *stored)
+      log_warning("the checkpoint was quantized with ", *stored, " by ernie quantize; --quantization ", flag,
+                  " is ignored");
+    value = *stored;
+  }
   if (value.empty()) return {};
   const char* head = std::getenv("ERNIE_QUANTIZE_LM_HEAD");
   const std::string head_flag = head != nullptr ? head : "1";
@@ -70,8 +80,12 @@ std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, T
            " file(s), ", report.tensor_bytes / 1e6, " MB of tensors in ", report.seconds, " s; peak RSS ",
            peak_rss_bytes() / 1e6, " MB");
   if (quantization.quantizes_weights()) {
-    log_info("quantization: ", quantization.describe(), "; weights now ", report.weight_bytes / 1e6, " MB (quantized in ",
-             report.quantize_seconds, " s)");
+    if (report.prequantized)
+      log_info("quantization: ", quantization.describe(), "; weights ", report.weight_bytes / 1e6,
+               " MB, packed by ernie quantize");
+    else
+      log_info("quantization: ", quantization.describe(), "; weights now ", report.weight_bytes / 1e6,
+               " MB (quantized in ", report.quantize_seconds, " s)");
     if (report.kept_dense > 0)
       log_warning(report.kept_dense, " weight matrices stay bf16: their input width is not a multiple of 32, which the "
                "integer formats need");

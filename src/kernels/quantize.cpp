@@ -102,6 +102,7 @@ WeightMatrix quantized_matrix(const WeightMatrix& dense, WeightFormat format, in
   out.data = owned.data;
   out.scales = owned.scales;
   out.storage = owned.bytes;
+  out.source_tensor = dense.source_tensor;
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/quantize.h"
+#include "model/prequantized.h"
 #include "model/quantized_cache.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -69,7 +70,14 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
   report.num_files = checkpoint->num_files();
   report.layout = weights.layout;
   std::unique_ptr<SafetensorsFile> cached;
-  if (quantization.quantizes_weights()) {
+  if (is_prequantized(*checkpoint)) {
+    // `ernie quantize` packed the weights already: only Linears it could not hold (an MTP
+    // head from another checkpoint) are quantized now, and there is nothing to cache.
+    Stopwatch quantize_time;
+    report.prequantized = true;
+    report.kept_dense = quantize_weights(weights, quantization, pool, report_progress);
+    report.quantize_seconds = quantize_time.seconds();
+  } else if (quantization.quantizes_weights()) {
     Stopwatch quantize_time;
     // FD_ENABLE_MODEL_LOAD_CACHE: packed weights from an earlier start, else packed now
     // and kept for the next one.

@@ -35,6 +35,7 @@ struct LoadReport {
   uint64_t weight_bytes = 0;         // as the kernels hold them (after quantization)
   int kept_dense = 0;                // matrices the plan named that could not be quantized
   bool from_cache = false;           // the packed weights came from the quantized-weights cache
+  bool prequantized = false;         // ... or from a checkpoint `ernie quantize` wrote
   size_t num_files = 0;
   CheckpointLayout layout = CheckpointLayout::kTorch;
 };
@@ -57,6 +58,8 @@ class ErnieModel final : public LanguageModel {
 
   const ModelConfig& config() const override { return config_; }
   const ErnieWeights& weights() const { return weights_; }
+  // The checkpoint the weights were read from (its tensors stay mapped while the model lives).
+  Checkpoint& checkpoint() { return *checkpoint_; }
   const LoadReport& load_report() const { return load_report_; }
 
   // How KV rows are stored, and the bytes of one (layer, position) row of K or of V.

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "model/prequantized.h"
 #include "model/weight_reader.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -98,14 +99,24 @@ WeightMatrix read_lm_head(WeightReader& reader, Checkpoint& checkpoint, const Mo
     if (head != nullptr) log_info("tie_word_embeddings is true: lm_head.weight is ignored, the embedding is used");
     return embedding;
   }
+  if (head == nullptr && is_prequantized(checkpoint)) {
+    WeightMatrix placeholder;  // packed by `ernie quantize`, attached after loading
+    placeholder.rows = v;
+    placeholder.cols = h;
+    return placeholder;
+  }
   if (head == nullptr) fail("checkpoint is missing tensor \"lm_head.weight\" (expected shape [", v, ", ", h,
                             "]; tie_word_embeddings is false)");
   // Paddle stores [H, V]; some early PT releases did too. Square heads follow the layout.
   const bool in_out = head->shape() == std::vector<int64_t>{h, v} &&
                       (reader.layout() == CheckpointLayout::kPaddle || h != v);
-  if (in_out) return transposed_columns(*head, 0, v);
-  expect_shape(*head, {v, h});
-  return view_matrix(*head);
+  WeightMatrix matrix = in_out ? transposed_columns(*head, 0, v) : WeightMatrix{};
+  if (!in_out) {
+    expect_shape(*head, {v, h});
+    matrix = view_matrix(*head);
+  }
+  matrix.source_tensor = &head->name();
+  return matrix;
 }
 
 // The ViT sits under "vision_model." in both layouts; the resampler under the text
@@ -193,6 +204,7 @@ ErnieWeights load_ernie_weights(Checkpoint& checkpoint, const ModelConfig& confi
     log_info("config.json declares ", config.num_nextn_predict_layers,
              " MTP layer(s) but the checkpoint has none; speculative decoding with MTP will be unavailable");
 
+  if (is_prequantized(checkpoint)) attach_prequantized_linears(checkpoint, weights);
   const std::vector<std::string> unused = checkpoint.unused_names();
   if (!unused.empty()) {
     std::string listed;

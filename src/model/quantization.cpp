@@ -166,7 +166,8 @@ int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, Thread
     const WeightFormat format = role == LinearRole::kDense    ? plan.dense
                                 : role == LinearRole::kExpert ? plan.experts
                                                               : plan.head;
-    if (format != WeightFormat::kDense) work.push_back({&matrix, format});
+    // Linears a pre-quantized checkpoint already holds packed stay as they are.
+    if (format != WeightFormat::kDense && matrix.dense()) work.push_back({&matrix, format});
   });
   std::vector<char> kept_dense(work.size(), 0);
   std::optional<ByteProgress> progress;

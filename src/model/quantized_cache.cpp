@@ -20,11 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Bumped whenever the packed layout or this file's layout changes: old files then miss.
-constexpr const char* kCacheVersion = "ernie.cpp quantized weights v3";
 // Every array starts on a cache line, as the kernels' own copies do: a packed line read
 // across two lines costs decode a third of its speed.
-constexpr uint64_t kAlign = 64;
+constexpr uint64_t kAlign = kPackedAlignment;
 
 uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 constexpr const char* kKeyField = "ernie.quantized_cache_key";
@@ -71,7 +69,7 @@ std::string quantized_cache_dir() {
 }
 
 std::string quantized_cache_key(const std::vector<std::string>& model_dirs, const QuantizationPlan& plan) {
-  std::string key = std::string(kCacheVersion) + '\n' + plan_text(plan);
+  std::string key = std::string(kPackedLayoutVersion) + '\n' + plan_text(plan);
   for (const std::string& dir : model_dirs) key += '\n' + describe_checkpoint(dir);
   return key;
 }
@@ -94,49 +92,59 @@ std::unique_ptr<SafetensorsFile> load_quantized_cache(const std::string& path, c
     return nullptr;
   }
   const auto& metadata = file->header().metadata;
-  std::map<std::string, const TensorInfo*> tensors;
-  for (const TensorInfo& tensor : file->header().tensors) tensors[tensor.name] = &tensor;
-  // The key is checked in full (the file name is only its hash), then every Linear:
-  // the file must hold exactly what these weights need, or it is not used at all.
-  std::vector<std::pair<WeightMatrix*, WeightMatrix>> replacements;
+  const auto stored_key = metadata.find(kKeyField);
   const auto stale = [&](const std::string& why) {
     log_warning("the quantized-weights cache ", path, " does not match (", why, "); it is rebuilt");
     return nullptr;
   };
-  const auto stored_key = metadata.find(kKeyField);
+  // The key is checked in full (the file name is only its hash), then every Linear.
   if (stored_key == metadata.end() || stored_key->second != key) return stale("another checkpoint or plan");
+  std::map<std::string, const TensorInfo*> tensors;
+  for (const TensorInfo& tensor : file->header().tensors) tensors[tensor.name] = &tensor;
+  const PackedSource source{metadata, [&](const std::string& name) -> PackedTensor {
+                              const auto found = tensors.find(name);
+                              if (found == tensors.end()) return {};
+                              return {found->second, file->data(*found->second)};
+                            }};
+  if (const std::optional<std::string> why = attach_packed_linears(source, weights)) return stale(*why);
+  return file;
+}
+
+std::optional<std::string> attach_packed_linears(const PackedSource& source, ErnieWeights& weights) {
+  // The source must hold exactly what these weights need, or nothing changes.
+  std::vector<std::pair<WeightMatrix*, WeightMatrix>> replacements;
   const std::vector<WeightMatrix*> linears = linear_weights(weights);
   for (size_t i = 0; i < linears.size(); ++i) {
     const std::string name = "linear." + std::to_string(i);
-    const auto entry = metadata.find(name);
-    if (entry == metadata.end()) continue;  // kept dense
+    const auto entry = source.metadata.find(name);
+    if (entry == source.metadata.end()) continue;  // kept dense
     std::istringstream fields(entry->second);
     std::string format_name;
     WeightMatrix packed;
     fields >> format_name >> packed.group >> packed.rows >> packed.cols;
     const std::optional<WeightFormat> format = parse_weight_format(format_name);
-    if (!fields || !format || *format == WeightFormat::kDense) return stale(name + " is malformed");
+    if (!fields || !format || *format == WeightFormat::kDense) return name + " is malformed";
     packed.format = *format;
-    if (packed.rows != linears[i]->rows || packed.cols != linears[i]->cols) return stale(name + " has another shape");
-    const auto data = tensors.find(name + ".data"), scales = tensors.find(name + ".scales");
-    if (data == tensors.end() || scales == tensors.end()) return stale(name + " lacks its data or scales");
-    if (data->second->dtype != DType::kU8 || data->second->size != aligned(packed_value_bytes(packed)) ||
-        scales->second->dtype != scale_dtype(packed) || scales->second->size != aligned(packed_scale_bytes(packed)))
-      return stale(name + " has the wrong size");
-    packed.data = file->data(*data->second);
-    packed.scales = file->data(*scales->second);
+    if (packed.rows != linears[i]->rows || packed.cols != linears[i]->cols) return name + " has another shape";
+    const PackedTensor data = source.tensor(name + ".data"), scales = source.tensor(name + ".scales");
+    if (data.info == nullptr || scales.info == nullptr) return name + " lacks its data or scales";
+    if (data.info->dtype != DType::kU8 || data.info->size != aligned(packed_value_bytes(packed)) ||
+        scales.info->dtype != scale_dtype(packed) || scales.info->size != aligned(packed_scale_bytes(packed)))
+      return name + " has the wrong size";
+    packed.data = data.bytes;
+    packed.scales = scales.bytes;
+    packed.source_tensor = linears[i]->source_tensor;
     if (reinterpret_cast<uintptr_t>(packed.data) % kAlign != 0 || reinterpret_cast<uintptr_t>(packed.scales) % kAlign != 0)
-      return stale(name + " is not aligned to cache lines");
+      return name + " is not aligned to cache lines";
     replacements.emplace_back(linears[i], packed);
   }
-  if (replacements.empty()) return stale("it holds no weights");
+  if (replacements.empty()) return std::string("it holds no weights");
   for (auto& [target, packed] : replacements) *target = packed;
-  return file;
+  return std::nullopt;
 }
 
-bool save_quantized_cache(const std::string& path, const std::string& key, const ErnieWeights& weights) {
+std::vector<TensorToWrite> packed_linear_tensors(const ErnieWeights& weights, std::map<std::string, std::string>& metadata) {
   std::vector<TensorToWrite> tensors;
-  std::map<std::string, std::string> metadata;
   const std::vector<const WeightMatrix*> linears = linear_weights(weights);
   // Each array padded with zeros to a whole number of cache lines.
   const auto add = [&](const std::string& name, DType dtype, const void* data, uint64_t bytes) {
@@ -159,12 +167,18 @@ bool save_quantized_cache(const std::string& path, const std::string& key, const
       if (scales) add(name + ".scales", scale_dtype(m), m.scales, packed_scale_bytes(m));
       else add(name + ".data", DType::kU8, m.data, packed_value_bytes(m));
     }
+  return tensors;
+}
+
+bool save_quantized_cache(const std::string& path, const std::string& key, const ErnieWeights& weights) {
+  std::map<std::string, std::string> metadata;
+  const std::vector<TensorToWrite> tensors = packed_linear_tensors(weights, metadata);
   if (tensors.empty()) return false;
   const std::string temporary = path + ".partial";
   try {
     fs::create_directories(fs::path(path).parent_path());
     metadata[kKeyField] = key;
-    write_safetensors(temporary, tensors, metadata, kAlign);
+    write_safetensors(temporary, tensors, metadata, kPackedAlignment);
     fs::rename(temporary, path);
   } catch (const std::exception& error) {
     std::error_code ignored;

@@ -12,13 +12,17 @@
 // group rows cols".
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/ernie_weights.h"
 #include "model/quantization.h"
 #include "model/safetensors.h"
+#include "model/safetensors_writer.h"
 
 namespace ernie {
 
@@ -37,6 +41,30 @@ std::string quantized_cache_path(const std::string& cache_dir, const std::string
 // outlive the weights, or null (nothing changed) when the file is absent, stale or damaged.
 std::unique_ptr<SafetensorsFile> load_quantized_cache(const std::string& path, const std::string& key,
                                                       ErnieWeights& weights);
+
+// The packed-Linear format the cache and `ernie quantize` checkpoints share: per quantized
+// Linear N (in linear_weights order) metadata "linear.N" = "format group rows cols" and
+// tensors "linear.N.data" (U8) and "linear.N.scales", each on a 64-byte boundary.
+// Bumped whenever the packed layout changes: files of another version are not used.
+constexpr const char* kPackedLayoutVersion = "ernie.cpp quantized weights v3";
+constexpr size_t kPackedAlignment = 64;
+
+struct PackedTensor {
+  const TensorInfo* info = nullptr;  // null when absent
+  const uint8_t* bytes = nullptr;
+};
+// Where packed Linears are read from: the file's metadata and its tensors by name.
+struct PackedSource {
+  const std::map<std::string, std::string>& metadata;
+  std::function<PackedTensor(const std::string&)> tensor;
+};
+
+// Replaces each Linear of `weights` that `source` describes by a view of its packed data.
+// On any mismatch (shape, format, size, alignment) changes nothing and returns why.
+std::optional<std::string> attach_packed_linears(const PackedSource& source, ErnieWeights& weights);
+// The quantized Linears of `weights` as tensors to write (their bytes are copied when
+// written), with their descriptions added to `metadata`.
+std::vector<TensorToWrite> packed_linear_tensors(const ErnieWeights& weights, std::map<std::string, std::string>& metadata);
 
 // Writes the quantized Linears of `weights` to `path` under `key` (through a temporary
 // file and a rename, so a reader never sees half a file). Returns false, having logged

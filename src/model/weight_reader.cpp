@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "model/prequantized.h"
 #include "util/error.h"
 
 namespace ernie {
@@ -83,14 +84,25 @@ std::vector<WeightMatrix> WeightReader::fused_linear(const std::string& name, co
   int64_t total = 0;
   for (int64_t out : outs) total += out;
   const Shape expected = layout_ == CheckpointLayout::kPaddle ? Shape{in, total} : Shape{total, in};
+  std::vector<WeightMatrix> parts;
+  if (!checkpoint_.contains(prefix_ + name) && is_prequantized(checkpoint_)) {
+    // `ernie quantize` left this Linear out: its packed form is attached after loading.
+    for (int64_t out : outs) {
+      WeightMatrix placeholder;
+      placeholder.rows = out;
+      placeholder.cols = in;
+      parts.push_back(placeholder);
+    }
+    return parts;
+  }
   const TensorView tensor = checkpoint_.take(prefix_ + name, expected);
   expect_shape(tensor, expected);
-  std::vector<WeightMatrix> parts;
   int64_t first = 0;
   const WeightMatrix whole = layout_ == CheckpointLayout::kTorch ? view_matrix(tensor) : WeightMatrix{};
   for (int64_t out : outs) {
     parts.push_back(layout_ == CheckpointLayout::kTorch ? whole.row_slice(first, out)
                                                          : transposed_columns(tensor, first, out));
+    parts.back().source_tensor = &tensor.name();
     first += out;
   }
   return parts;

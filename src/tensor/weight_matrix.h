@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tensor/dtype.h"
@@ -32,6 +33,9 @@ struct WeightMatrix {
   int64_t cols = 0;  // input features
   const void* data = nullptr;
   std::shared_ptr<const void> storage;  // set when the matrix owns its bytes
+  // The checkpoint tensor a Linear was read from (owned by the Checkpoint), so `ernie
+  // quantize` knows which tensors its packed copy replaces.
+  const std::string* source_tensor = nullptr;
 
   bool empty() const { return data == nullptr; }
   const uint16_t* integer_scales() const { return static_cast<const uint16_t*>(scales); }

@@ -44,7 +44,7 @@ void expect_one_error_line(const testing::CommandResult& result, const std::stri
 TEST(CliTest, HelpForEveryCommand) {
   const auto top = run_shell(ernie("--help"));
   EXPECT_EQ(top.exit_code, 0);
-  for (const char* command : {"run", "logits", "synth", "bench"}) {
+  for (const char* command : {"run", "logits", "synth", "bench", "quantize", "perplexity"}) {
     EXPECT_THAT(top.output, HasSubstr(command));
     const auto help = run_shell(ernie(std::string(command) + " --help"));
     EXPECT_EQ(help.exit_code, 0) << command;
@@ -70,6 +70,39 @@ TEST(CliTest, SynthThenRunGeneratesText) {
   const auto log = run_shell(ernie("run --model " + dir + " --prompt 'x' --max-tokens 2 --temperature 0"));
   EXPECT_THAT(log.output, HasSubstr("paddle layout"));
   EXPECT_THAT(log.output, HasSubstr("peak RSS"));
+}
+
+// ernie quantize -> run on the packed checkpoint: the same greedy text as quantizing at
+// load, no conversion at start, and clear refusals (a packed input, an occupied --out,
+// a KL divergence with no original to compare against, a flag that packs nothing).
+TEST(CliTest, QuantizeWritesACheckpointThatRunsWithoutConversion) {
+  TempDir temp;
+  const std::string source = temp.file("m"), packed = temp.file("packed");
+  ASSERT_EQ(run_shell(ernie("synth --out " + source + " --preset tiny-moe")).exit_code, 0);
+  const auto quantize = run_shell(ernie("quantize --model " + source + " --quantization wint4 --out " + packed));
+  ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
+  EXPECT_THAT(quantize.output, HasSubstr("packed Linears"));
+  const std::string prompt = " --prompt 'The license' --max-tokens 12 --temperature 0 --ignore-eos";
+  const auto at_load = run_shell(ernie("run --model " + source + " --quantization wint4" + prompt), false);
+  const auto prepacked = run_shell(ernie("run --model " + packed + prompt), false);
+  ASSERT_EQ(prepacked.exit_code, 0) << prepacked.output;
+  EXPECT_EQ(prepacked.output, at_load.output);
+  const auto log = run_shell(ernie("run --model " + packed + " --quantization wint8" + prompt));
+  EXPECT_THAT(log.output, HasSubstr("packed by ernie quantize"));
+  EXPECT_THAT(log.output, HasSubstr("--quantization wint8 is ignored"));
+
+  expect_one_error_line(run_shell(ernie("quantize --model " + packed + " --quantization wint8 --out " + temp.file("again"))),
+                        "already pre-quantized");
+  expect_one_error_line(run_shell(ernie("quantize --model " + source + " --quantization wint8 --out " + packed)),
+                        "already holds a checkpoint");
+  expect_one_error_line(
+      run_shell(ernie("quantize --model " + source + " --quantization '{\"quantization\":\"mix_quant\",\"kv_cache_quant_type\":\"int8\"}' --out " +
+                      temp.file("kv"))),
+      "nothing to pack");
+  testing::write_file(temp.file("text.txt"), "In the beginning God created the heaven and the earth.");
+  expect_one_error_line(run_shell(ernie("perplexity --model " + packed + " --file " + temp.file("text.txt") +
+                                        " --context 8 --kl-divergence")),
+                        "needs the original checkpoint");
 }
 
 // Every command that takes --model resolves a hub name in the local Hugging Face cache,

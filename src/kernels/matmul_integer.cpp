@@ -115,9 +115,13 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
 
   for (int64_t b = 0; b < w.blocks; ++b) {
+    // Each sum starts at minus the stored offset's contribution, so the integer result
+    // comes out exact with no subtraction per accumulator afterwards.
     __m512i sum[MR][NR];
-    for (int t = 0; t < MR; ++t)
-      for (int j = 0; j < NR; ++j) sum[t][j] = _mm512_setzero_si512();
+    for (int t = 0; t < MR; ++t) {
+      const __m512i start = _mm512_set1_epi32(-w.offset * x.sums[static_cast<size_t>((t0 + t) * w.blocks + b)]);
+      for (int j = 0; j < NR; ++j) sum[t][j] = start;
+    }
     if (w.int4) {
       for (int64_t q = b * w.group / 8; q < (b + 1) * w.group / 8; ++q) {
         __m512i lo[NR], hi[NR];
@@ -158,11 +162,8 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
     for (int t = 0; t < MR; ++t) {
       const int64_t at = (t0 + t) * w.blocks + b;
       const __m512 xscale = _mm512_set1_ps(x.scales[static_cast<size_t>(at)]);
-      const __m512i correction = _mm512_set1_epi32(w.offset * x.sums[static_cast<size_t>(at)]);
-      for (int j = 0; j < NR; ++j) {
-        const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum[t][j], correction));
-        total[t][j] = _mm512_fmadd_ps(exact, _mm512_mul_ps(wscale[j], xscale), total[t][j]);
-      }
+      for (int j = 0; j < NR; ++j)
+        total[t][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][j]), _mm512_mul_ps(wscale[j], xscale), total[t][j]);
     }
   }
   for (int j = 0; j < NR; ++j) {
@@ -240,7 +241,9 @@ ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const Int
   const int32_t offset = w.int4 ? 8 : 0;
   for (int64_t b = 0; b < w.blocks; ++b) {
     __m256i sum[MR][2];
-    for (int t = 0; t < MR; ++t) sum[t][0] = sum[t][1] = _mm256_setzero_si256();
+    // Starting at minus the offset's contribution, as the VNNI tile does.
+    for (int t = 0; t < MR; ++t)
+      sum[t][0] = sum[t][1] = _mm256_set1_epi32(-offset * x.sums[static_cast<size_t>((t0 + t) * w.blocks + b)]);
     if (w.int4) {
       for (int64_t q = b * w.group / 8; q < (b + 1) * w.group / 8; ++q) {
         __m256i lo[2], hi[2];
@@ -276,11 +279,9 @@ ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const Int
     for (int t = 0; t < MR; ++t) {
       const int64_t at = (t0 + t) * w.blocks + b;
       const __m256 xscale = _mm256_set1_ps(x.scales[static_cast<size_t>(at)]);
-      const __m256i correction = _mm256_set1_epi32(offset * x.sums[static_cast<size_t>(at)]);
       for (int h = 0; h < 2; ++h) {
         const __m256 wscale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.block_scales(p, b) + 8 * h)));
-        const __m256 exact = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum[t][h], correction));
-        total[t][h] = _mm256_fmadd_ps(exact, _mm256_mul_ps(wscale, xscale), total[t][h]);
+        total[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t][h]), _mm256_mul_ps(wscale, xscale), total[t][h]);
       }
     }
   }

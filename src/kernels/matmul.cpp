@@ -396,9 +396,9 @@ void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatri
 #if defined(__x86_64__)
 #define ERNIE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
 
-// Activations rounded to bf16 (vcvtne2ps2bf16: nearest even, subnormals to zero), in
-// rows of `stride` elements. The tail of a row goes through the same instruction under
-// a mask, so every element is rounded alike.
+// Activations x [n, k] rounded to bf16 (vcvtne2ps2bf16: nearest even, subnormals to
+// zero). The tail of a row goes through the same instruction under a mask, so every
+// element is rounded alike.
 ERNIE_BF16_TARGET void round_rows_to_bf16(const float* x, int64_t n, int64_t k, uint16_t* out) {
   for (int64_t t = 0; t < n; ++t) {
     const float* in = x + t * k;
@@ -428,7 +428,8 @@ ERNIE_BF16_TARGET inline void bf16_tile(const uint16_t* const* x, const uint16_t
   for (; i + 32 <= k; i += 32) {
     __m512bh wv[R];
     for (int r = 0; r < R; ++r) {
-      // Streaming, fetch the same columns of the next tile's rows (R rows further on).
+      // Streaming, fetch the same columns of the next tile's rows (R rows further on;
+      // past the last tile the hint points beyond the matrix, which a prefetch ignores).
       if (streaming) _mm_prefetch(reinterpret_cast<const char*>(w[r] + i + R * k), _MM_HINT_T0);
       wv[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w[r] + i));
     }

@@ -22,6 +22,10 @@
 namespace ernie {
 namespace {
 
+// 1.5 * 2^23: (v + m) - m rounds v to the nearest integer, ties to even, in plain
+// vector arithmetic, for |v| < 2^22 (std::nearbyint is a libm call per value).
+constexpr float kRoundingMagic = 12582912.0f;
+
 int64_t padded_rows(int64_t rows) { return (rows + kQuantPanelRows - 1) / kQuantPanelRows * kQuantPanelRows; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -82,11 +86,9 @@ float max_abs(const float* values, int64_t count) {
   return m;
 }
 
-// Rounded to nearest even and clamped to [lo, hi] (integers). Clamping first keeps the
-// magic-number rounding exact (it needs |v| < 2^22); std::nearbyint is a libm call per
-// weight.
+// Rounded to nearest even and clamped to [lo, hi] (integers); clamping first keeps the
+// magic-number rounding exact.
 int8_t round_clamp(float value, float lo, float hi) {
-  constexpr float kRoundingMagic = 12582912.0f;  // 1.5 * 2^23
   const float clamped = std::clamp(value, lo, hi);
   return static_cast<int8_t>((clamped + kRoundingMagic) - kRoundingMagic);
 }
@@ -171,7 +173,6 @@ float int4_block_scale(const float* w) {
   const float extreme = high >= -low ? high : low;
   if (extreme == 0.0f) return 0.0f;
   float best_scale = extreme / -8.0f, best_fit = -1.0f;
-  constexpr float kRoundingMagic = 12582912.0f;  // 1.5 * 2^23: x + m - m rounds to nearest even
   for (int trial = -5; trial <= 5; ++trial) {
     const float inverse = -(8.0f + 0.2f * static_cast<float>(trial)) / extreme;
     float wq[kLanes] = {}, qq[kLanes] = {};
@@ -196,6 +197,7 @@ float int4_block_scale(const float* w) {
 }
 
 WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
+  if (group != kIntegerGroup) fail("int4 blocks are ", kIntegerGroup, " inputs, not ", group);
   const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
   OwnedBytes owned = allocate(static_cast<size_t>(prows * cols / 2), static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
   auto* scales = reinterpret_cast<uint16_t*>(owned.scales);
@@ -414,9 +416,7 @@ void quantize_activation_row_portable(const float* x, int64_t cols, int32_t grou
     const float scale = m / 127.0f;
     const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
     int32_t sum = 0;
-    // Adding and subtracting 1.5 * 2^23 rounds to nearest even for |v| < 2^22 (here
-    // |v| <= 127) in plain vector arithmetic; std::nearbyint becomes a libm call per value.
-    constexpr float kRoundingMagic = 12582912.0f;
+    // kRoundingMagic rounds exactly here: |v| <= 127.
     for (int64_t k = 0; k < group; ++k) {
       const float rounded = (in[k] * inverse + kRoundingMagic) - kRoundingMagic;
       q[k] = static_cast<int8_t>(rounded > 127.0f ? 127.0f : rounded < -127.0f ? -127.0f : rounded);

@@ -70,7 +70,8 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
   report.num_files = checkpoint->num_files();
   report.layout = weights.layout;
   std::unique_ptr<SafetensorsFile> cached;
-  if (is_prequantized(*checkpoint)) {
+  const bool prequantized = is_prequantized(*checkpoint);
+  if (prequantized) {
     // `ernie quantize` packed the weights already: only Linears it could not hold (an MTP
     // head from another checkpoint) are quantized now, and there is nothing to cache.
     Stopwatch quantize_time;
@@ -104,7 +105,8 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
         log_info("quantized weights saved to the cache ", cache_path, " for the next start");
     }
     report.quantize_seconds = quantize_time.seconds();
-  } else if (report_progress) {
+  }
+  if (report_progress && (prequantized || !quantization.quantizes_weights())) {
     // Mapped weights come in from disk on first use; reading them now (when they fit)
     // keeps the first request from paying for it and shows how far loading is.
     const uint64_t bytes = checkpoint->total_tensor_bytes();

@@ -1,0 +1,29 @@
+// The EBNF dialect of `guided_grammar` (FastDeploy hands it to xgrammar, whose dialect
+// is llama.cpp's GBNF): rules `name ::= expression`, the start rule named `root`;
+// sequences, `|`, `( )`, string literals "...", character classes `[a-z]` and `[^...]`
+// over Unicode code points, `.` (any character), repetition `*`, `+`, `?`, `{m}`,
+// `{m,}`, `{m,n}`, and `#` comments. Escapes: \n \r \t \\ \" \' \[ \] \- \xHH \uHHHH
+// \UHHHHHHHH. A rule ends where the next `name ::=` begins.
+//
+// Characters become their UTF-8 bytes, and a class of code points becomes the byte
+// sequences of its ranges, so the grammar judges tokens byte by byte.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "structured/grammar.h"
+
+namespace ernie::structured {
+
+// Throws ernie::Error naming the line and column of the first problem.
+Grammar parse_ebnf(std::string_view text);
+
+// Adds to `rule` one alternative per UTF-8 byte-range sequence of the code points
+// [first, last] (surrogates excluded).
+void add_code_point_range(GrammarBuilder& builder, int32_t rule, uint32_t first, uint32_t last);
+
+// The UTF-8 encoding of a code point.
+std::string utf8_encode(uint32_t code_point);
+
+}  // namespace ernie::structured

@@ -1,0 +1,63 @@
+// Matching bytes against a Grammar (structured/grammar.h) as they are generated: a
+// pushdown automaton whose stacks are kept as a tree of shared frames, so every way the
+// text so far can be parsed is followed at once without copying stacks.
+//
+// A frame says "in this alternative of this rule, the next element is number `pos`,
+// and when the rule is done continue in `parent`". The matcher's state is its frontier:
+// the frames whose next element is a byte set (after expanding rule references and
+// finishing completed rules), plus whether the whole grammar may end here. A byte keeps
+// the frames whose set holds it. States are values, so a speculative token can be tried
+// and dropped (token masks) or undone (rejected drafts) for free.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "structured/grammar.h"
+
+namespace ernie::structured {
+
+struct MatchState {
+  std::vector<int32_t> frontier;  // frame ids, sorted
+  bool accepting = false;         // the text so far is a complete sentence
+  bool dead() const { return frontier.empty() && !accepting; }
+  bool operator==(const MatchState& other) const = default;
+};
+
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(const Grammar& grammar);
+
+  // Before any byte.
+  const MatchState& start() const { return start_; }
+  // The state after `byte`; dead when the grammar cannot take it.
+  MatchState step(const MatchState& state, uint8_t byte);
+  MatchState step(const MatchState& state, std::string_view bytes);
+  // Whether some frontier frame could take `byte` (no state is built).
+  bool can_take(const MatchState& state, uint8_t byte) const;
+  // Whether `text` is a whole sentence of the grammar.
+  bool matches(std::string_view text);
+
+  const Grammar& grammar() const { return grammar_; }
+  size_t frame_count() const { return frames_.size(); }
+
+ private:
+  struct Frame {
+    int32_t rule, alternative, pos, parent;
+  };
+  int32_t frame(int32_t rule, int32_t alternative, int32_t pos, int32_t parent);
+  const Element* next_element(const Frame& f) const;
+  // Expands `seeds` into a state: rule references opened, finished rules closed.
+  MatchState close(std::vector<int32_t>& seeds);
+
+  const Grammar& grammar_;
+  std::vector<Frame> frames_;
+  std::unordered_map<uint64_t, std::vector<int32_t>> by_key_;  // hash-consing of frames
+  MatchState start_;
+  std::vector<int32_t> work_;
+  std::vector<char> seen_;
+};
+
+}  // namespace ernie::structured

@@ -1,0 +1,69 @@
+#include "structured/token_mask.h"
+
+#include <algorithm>
+#include <deque>
+#include <numeric>
+#include <utility>
+
+namespace ernie::structured {
+
+TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes, std::vector<int32_t> end_tokens)
+    : end_tokens_(std::move(end_tokens)), vocab_size_(token_bytes.size()) {
+  std::vector<int32_t> order;
+  for (size_t id = 0; id < token_bytes.size(); ++id)
+    if (!token_bytes[id].empty()) order.push_back(static_cast<int32_t>(id));
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return token_bytes[static_cast<size_t>(a)] < token_bytes[static_cast<size_t>(b)];
+  });
+  // Breadth first, so each node's children are created together and stay contiguous.
+  struct Pending {
+    uint32_t node;
+    size_t lo, hi, depth;
+  };
+  nodes_.push_back({});
+  std::deque<Pending> queue = {{0, 0, order.size(), 0}};
+  while (!queue.empty()) {
+    const Pending p = queue.front();
+    queue.pop_front();
+    size_t i = p.lo;
+    // Sorted order puts the tokens that end here first.
+    nodes_[p.node].first_token = static_cast<uint32_t>(tokens_.size());
+    for (; i < p.hi && token_bytes[static_cast<size_t>(order[i])].size() == p.depth; ++i) tokens_.push_back(order[i]);
+    nodes_[p.node].token_count = static_cast<uint32_t>(tokens_.size()) - nodes_[p.node].first_token;
+    nodes_[p.node].first_child = static_cast<uint32_t>(nodes_.size());
+    while (i < p.hi) {
+      const auto byte = static_cast<uint8_t>(token_bytes[static_cast<size_t>(order[i])][p.depth]);
+      size_t j = i;
+      while (j < p.hi && static_cast<uint8_t>(token_bytes[static_cast<size_t>(order[j])][p.depth]) == byte) ++j;
+      Node child;
+      child.byte = byte;
+      nodes_.push_back(child);
+      queue.push_back({static_cast<uint32_t>(nodes_.size() - 1), i, j, p.depth + 1});
+      i = j;
+    }
+    nodes_[p.node].child_count = static_cast<uint32_t>(nodes_.size()) - nodes_[p.node].first_child;
+  }
+}
+
+void TokenTrie::allowed(GrammarMatcher& matcher, const MatchState& state, std::vector<uint32_t>& mask) const {
+  mask.assign((vocab_size_ + 31) / 32, 0u);
+  const auto allow = [&](int32_t id) { mask[static_cast<size_t>(id) >> 5] |= 1u << (id & 31); };
+  if (state.accepting)
+    for (int32_t id : end_tokens_) allow(id);
+  std::vector<std::pair<uint32_t, MatchState>> stack = {{0u, state}};
+  while (!stack.empty()) {
+    auto [node, current] = std::move(stack.back());
+    stack.pop_back();
+    const Node& n = nodes_[node];
+    for (uint32_t c = n.first_child; c < n.first_child + n.child_count; ++c) {
+      const Node& child = nodes_[c];
+      if (!matcher.can_take(current, child.byte)) continue;
+      MatchState next = matcher.step(current, child.byte);
+      if (next.dead()) continue;
+      for (uint32_t t = child.first_token; t < child.first_token + child.token_count; ++t) allow(tokens_[t]);
+      if (child.child_count > 0) stack.emplace_back(c, std::move(next));
+    }
+  }
+}
+
+}  // namespace ernie::structured

@@ -2,12 +2,16 @@
 // vocabulary size (103,424 tokens). The vocabulary is synthetic: byte strings with the
 // length mix of a SentencePiece vocabulary (mostly 2-8 bytes, a leading space on many,
 // some multi-byte UTF-8), so the trie has the shape a real one has.
-//   BM_JsonMask/<state>: a JSON grammar after a prefix that leaves the state named:
-//     0 between values (few tokens fit), 1 inside a string (nearly every token fits),
-//     2 inside a number.
+//   BM_JsonMask/<state>: one mask with nothing cached, for a JSON grammar after a prefix
+//     that leaves the state named: 0 between values (few tokens fit), 1 inside a string
+//     (nearly every token fits), 2 inside a number. Parsing the prefix is included.
+//   BM_JsonGeneration: 300 constrained steps taking random allowed tokens; the mask
+//     time per step (p50, p99), caches warming as a real request's would.
 // Run: build/bench/structured_bench
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <random>
 #include <string>
 #include <vector>
@@ -46,24 +50,64 @@ std::vector<std::string> synthetic_vocab(size_t size) {
   return vocab;
 }
 
+const std::vector<std::string>& vocab() {
+  static const std::vector<std::string> instance = synthetic_vocab(103424);
+  return instance;
+}
+const TokenTrie& trie() {
+  static const TokenTrie instance(vocab(), {0});
+  return instance;
+}
+const Grammar& json_grammar() {
+  static const Grammar instance = parse_ebnf(kJsonGrammar);
+  return instance;
+}
+
+// One mask with a fresh matcher (nothing cached: the first time a state is met).
 void BM_JsonMask(benchmark::State& state) {
-  static const std::vector<std::string> vocab = synthetic_vocab(103424);
-  static const TokenTrie trie(vocab, {0});
-  static const Grammar grammar = parse_ebnf(kJsonGrammar);
-  GrammarMatcher matcher(grammar);
   const char* prefixes[] = {"{\"name\": \"x\", ", "{\"name\": \"some te", "{\"count\": 12"};
-  const MatchState at = matcher.step(matcher.start(), prefixes[state.range(0)]);
   std::vector<uint32_t> mask;
   for (auto _ : state) {
-    trie.allowed(matcher, at, mask);
+    GrammarMatcher matcher(json_grammar());
+    const MatchState at = matcher.step(matcher.start(), prefixes[state.range(0)]);
+    trie().allowed(matcher, at, mask);
     benchmark::DoNotOptimize(mask.data());
   }
+  const TokenTrie& trie = ernie::structured::trie();
   size_t allowed = 0;
   for (uint32_t word : mask) allowed += static_cast<size_t>(__builtin_popcount(word));
   state.counters["allowed"] = static_cast<double>(allowed);
   state.counters["trie_nodes"] = static_cast<double>(trie.node_count());
 }
 BENCHMARK(BM_JsonMask)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+
+// A whole constrained generation: 300 steps, each computing the mask and taking a
+// random allowed token (a fixed seed), as a decode loop would; the per-step mask time's
+// median and 99th percentile over all steps of all iterations.
+void BM_JsonGeneration(benchmark::State& state) {
+  std::vector<double> times;
+  std::vector<uint32_t> mask;
+  std::mt19937 random(5);
+  for (auto _ : state) {
+    GrammarMatcher matcher(json_grammar());
+    MatchState current = matcher.start();
+    for (int step = 0; step < 300; ++step) {
+      const auto begin = std::chrono::steady_clock::now();
+      trie().allowed(matcher, current, mask);
+      times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin).count());
+      std::vector<int32_t> allowed;
+      for (size_t id = 1; id < vocab().size(); ++id)
+        if ((mask[id >> 5] >> (id & 31)) & 1u) allowed.push_back(static_cast<int32_t>(id));
+      if (allowed.empty()) break;
+      current = matcher.step(current, vocab()[static_cast<size_t>(allowed[random() % allowed.size()])]);
+    }
+  }
+  std::sort(times.begin(), times.end());
+  state.counters["p50_us"] = times[times.size() / 2];
+  state.counters["p99_us"] = times[times.size() * 99 / 100];
+  state.counters["steps"] = static_cast<double>(times.size());
+}
+BENCHMARK(BM_JsonGeneration)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 }  // namespace ernie::structured

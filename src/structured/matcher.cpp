@@ -10,6 +10,33 @@ GrammarMatcher::GrammarMatcher(const Grammar& grammar) : grammar_(grammar) {
   const auto& root = grammar_.rules[static_cast<size_t>(grammar_.root)];
   for (size_t a = 0; a < root.alternatives.size(); ++a) seeds.push_back(frame(grammar_.root, static_cast<int32_t>(a), 0, -1));
   start_ = close(seeds);
+  states_.push_back({});  // kDead
+  state_ids_[0].push_back(kDead);
+}
+
+int32_t GrammarMatcher::intern(const MatchState& state) {
+  if (state.dead()) return kDead;
+  uint64_t hash = state.accepting ? 0x51ed270b27a3d3e5ull : 0x2545f4914f6cdd1dull;
+  for (int32_t id : state.frontier) hash = (hash ^ static_cast<uint64_t>(id)) * 0x100000001b3ull;
+  std::vector<int32_t>& bucket = state_ids_[hash];
+  for (int32_t id : bucket)
+    if (states_[static_cast<size_t>(id)] == state) return id;
+  states_.push_back(state);
+  const auto id = static_cast<int32_t>(states_.size()) - 1;
+  bucket.push_back(id);
+  return id;
+}
+
+int32_t GrammarMatcher::step_id(int32_t id, uint8_t byte) {
+  if (id == kDead) return kDead;
+  const uint64_t key = (static_cast<uint64_t>(id) << 8) | byte;
+  const auto found = transitions_.find(key);
+  if (found != transitions_.end()) return found->second;
+  // Copy: interning may grow states_.
+  const MatchState current = states_[static_cast<size_t>(id)];
+  const int32_t next = can_take(current, byte) ? intern(step(current, byte)) : kDead;
+  transitions_.emplace(key, next);
+  return next;
 }
 
 int32_t GrammarMatcher::frame(int32_t rule, int32_t alternative, int32_t pos, int32_t parent) {
@@ -59,8 +86,12 @@ MatchState GrammarMatcher::close(std::vector<int32_t>& seeds) {
       }
     } else if (element->kind == Element::Kind::kRule) {
       const auto& alternatives = grammar_.rules[static_cast<size_t>(element->rule)].alternatives;
+      // A reference in tail position returns to this frame's parent directly.
+      const Sequence& sequence =
+          grammar_.rules[static_cast<size_t>(f.rule)].alternatives[static_cast<size_t>(f.alternative)];
+      const int32_t parent = f.pos + 1 == static_cast<int32_t>(sequence.size()) ? f.parent : id;
       for (size_t a = 0; a < alternatives.size(); ++a)
-        work_.push_back(frame(element->rule, static_cast<int32_t>(a), 0, id));
+        work_.push_back(frame(element->rule, static_cast<int32_t>(a), 0, parent));
     } else {
       state.frontier.push_back(id);
     }

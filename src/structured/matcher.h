@@ -8,6 +8,11 @@
 // finishing completed rules), plus whether the whole grammar may end here. A byte keeps
 // the frames whose set holds it. States are values, so a speculative token can be tried
 // and dropped (token masks) or undone (rejected drafts) for free.
+//
+// A rule referenced as the last element of an alternative returns straight to that
+// frame's parent (a tail call), so right-recursive repetition does not grow the stack:
+// inside a JSON string every character leads back to the same state, which is what lets
+// masks be cached per state.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +48,17 @@ class GrammarMatcher {
   const Grammar& grammar() const { return grammar_; }
   size_t frame_count() const { return frames_.size(); }
 
+  // States by number, for caching work per state: equal states get the same id.
+  // kDead is the state no byte leads out of.
+  static constexpr int32_t kDead = 0;
+  int32_t intern(const MatchState& state);
+  const MatchState& state(int32_t id) const { return states_[static_cast<size_t>(id)]; }
+  // The id of step(state(id), byte), cached.
+  int32_t step_id(int32_t id, uint8_t byte);
+  size_t state_count() const { return states_.size(); }
+  // A cache the token mask keeps per state id (empty until filled).
+  std::vector<uint32_t>& mask_cache(int32_t id) { return masks_[id]; }
+
  private:
   struct Frame {
     int32_t rule, alternative, pos, parent;
@@ -58,6 +74,10 @@ class GrammarMatcher {
   MatchState start_;
   std::vector<int32_t> work_;
   std::vector<char> seen_;
+  std::vector<MatchState> states_;
+  std::unordered_map<uint64_t, std::vector<int32_t>> state_ids_;  // by hash of the state
+  std::unordered_map<uint64_t, int32_t> transitions_;             // (id << 8 | byte) -> id
+  std::unordered_map<int32_t, std::vector<uint32_t>> masks_;
 };
 
 }  // namespace ernie::structured

@@ -46,24 +46,32 @@ TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes, std::vector<in
 }
 
 void TokenTrie::allowed(GrammarMatcher& matcher, const MatchState& state, std::vector<uint32_t>& mask) const {
+  const int32_t start = matcher.intern(state);
+  // A state's mask never changes: compute it once per state (inside a JSON string every
+  // character returns to the same state).
+  std::vector<uint32_t>& cached = matcher.mask_cache(start);
+  if (!cached.empty()) {
+    mask = cached;
+    return;
+  }
   mask.assign((vocab_size_ + 31) / 32, 0u);
   const auto allow = [&](int32_t id) { mask[static_cast<size_t>(id) >> 5] |= 1u << (id & 31); };
   if (state.accepting)
     for (int32_t id : end_tokens_) allow(id);
-  std::vector<std::pair<uint32_t, MatchState>> stack = {{0u, state}};
+  std::vector<std::pair<uint32_t, int32_t>> stack = {{0u, start}};
   while (!stack.empty()) {
-    auto [node, current] = std::move(stack.back());
+    const auto [node, current] = stack.back();
     stack.pop_back();
     const Node& n = nodes_[node];
     for (uint32_t c = n.first_child; c < n.first_child + n.child_count; ++c) {
       const Node& child = nodes_[c];
-      if (!matcher.can_take(current, child.byte)) continue;
-      MatchState next = matcher.step(current, child.byte);
-      if (next.dead()) continue;
+      const int32_t next = matcher.step_id(current, child.byte);
+      if (next == GrammarMatcher::kDead) continue;
       for (uint32_t t = child.first_token; t < child.first_token + child.token_count; ++t) allow(tokens_[t]);
-      if (child.child_count > 0) stack.emplace_back(c, std::move(next));
+      if (child.child_count > 0) stack.emplace_back(c, next);
     }
   }
+  matcher.mask_cache(start) = mask;
 }
 
 }  // namespace ernie::structured

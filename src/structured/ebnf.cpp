@@ -162,7 +162,7 @@ class Parser {
     if (c == '[') return {parse_class(name)};
     if (c == '.') {
       ++pos_;
-      return {class_element({{0, kMaxCodePoint}}, false, name)};
+      return {class_element({{0, kMaxCodePoint}}, false, name)};  // any character
     }
     if (c == '(') {
       ++pos_;
@@ -303,36 +303,10 @@ class Parser {
     return class_element(std::move(ranges), negated, name);
   }
 
-  // A class of code points: one byte-set element when it is all ASCII, else a rule of
-  // the UTF-8 sequences of its ranges.
   Element class_element(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated, const std::string& name) {
-    std::sort(ranges.begin(), ranges.end());
-    std::vector<std::pair<uint32_t, uint32_t>> merged;
-    for (const auto& range : ranges) {
-      if (!merged.empty() && range.first <= merged.back().second + 1)
-        merged.back().second = std::max(merged.back().second, range.second);
-      else
-        merged.push_back(range);
-    }
-    if (negated) {
-      std::vector<std::pair<uint32_t, uint32_t>> complement;
-      uint32_t next = 0;
-      for (const auto& [first, last] : merged) {
-        if (first > next) complement.push_back({next, first - 1});
-        next = last + 1;
-      }
-      if (next <= kMaxCodePoint) complement.push_back({next, kMaxCodePoint});
-      merged = std::move(complement);
-    }
-    if (merged.empty()) error("a character class that matches nothing");
-    if (merged.back().second < 0x80) {
-      ByteSet set;
-      for (const auto& [first, last] : merged) set.add_range(static_cast<uint8_t>(first), static_cast<uint8_t>(last));
-      return GrammarBuilder::bytes(set);
-    }
-    const int32_t rule = builder_.add_rule(name + "[class]");
-    for (const auto& [first, last] : merged) add_code_point_range(builder_, rule, first, last);
-    return GrammarBuilder::ref(rule);
+    const CodePointRanges set = code_point_ranges(std::move(ranges), negated);
+    if (set.empty()) error("a character class that matches nothing");
+    return code_point_class(builder_, set, name);
   }
 
   static constexpr int kMaxRepetition = 10000;
@@ -364,6 +338,37 @@ std::string utf8_encode(uint32_t c) {
     out += static_cast<char>(0x80 | (c & 0x3F));
   }
   return out;
+}
+
+CodePointRanges code_point_ranges(CodePointRanges ranges, bool negated) {
+  std::sort(ranges.begin(), ranges.end());
+  CodePointRanges merged;
+  for (const auto& range : ranges) {
+    if (!merged.empty() && range.first <= merged.back().second + 1)
+      merged.back().second = std::max(merged.back().second, range.second);
+    else
+      merged.push_back(range);
+  }
+  if (!negated) return merged;
+  CodePointRanges complement;
+  uint32_t next = 0;
+  for (const auto& [first, last] : merged) {
+    if (first > next) complement.push_back({next, first - 1});
+    next = last + 1;
+  }
+  if (next <= kMaxCodePoint) complement.push_back({next, kMaxCodePoint});
+  return complement;
+}
+
+Element code_point_class(GrammarBuilder& builder, const CodePointRanges& ranges, const std::string& name) {
+  if (!ranges.empty() && ranges.back().second < 0x80) {
+    ByteSet set;
+    for (const auto& [first, last] : ranges) set.add_range(static_cast<uint8_t>(first), static_cast<uint8_t>(last));
+    return GrammarBuilder::bytes(set);
+  }
+  const int32_t rule = builder.add_rule(name + "[class]");
+  for (const auto& [first, last] : ranges) add_code_point_range(builder, rule, first, last);
+  return GrammarBuilder::ref(rule);
 }
 
 void add_code_point_range(GrammarBuilder& builder, int32_t rule, uint32_t first, uint32_t last) {

@@ -10,7 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "structured/grammar.h"
 
@@ -19,9 +22,17 @@ namespace ernie::structured {
 // Throws ernie::Error naming the line and column of the first problem.
 Grammar parse_ebnf(std::string_view text);
 
+// Helpers the other constraint compilers share (regex classes, JSON string bodies).
+using CodePointRanges = std::vector<std::pair<uint32_t, uint32_t>>;  // inclusive
+
 // Adds to `rule` one alternative per UTF-8 byte-range sequence of the code points
 // [first, last] (surrogates excluded).
 void add_code_point_range(GrammarBuilder& builder, int32_t rule, uint32_t first, uint32_t last);
+// Sorted and merged, or their complement over every code point when `negated`.
+CodePointRanges code_point_ranges(CodePointRanges ranges, bool negated);
+// One element matching one character of the set: a byte set when it is all ASCII, else a
+// rule of the UTF-8 sequences of its ranges.
+Element code_point_class(GrammarBuilder& builder, const CodePointRanges& ranges, const std::string& name);
 
 // The UTF-8 encoding of a code point.
 std::string utf8_encode(uint32_t code_point);

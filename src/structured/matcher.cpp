@@ -1,10 +1,11 @@
 #include "structured/matcher.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace ernie::structured {
 
-GrammarMatcher::GrammarMatcher(const Grammar& grammar) : grammar_(grammar) {
+GrammarMatcher::GrammarMatcher(Grammar grammar) : grammar_(std::move(grammar)) {
   grammar_.check();
   std::vector<int32_t> seeds;
   const auto& root = grammar_.rules[static_cast<size_t>(grammar_.root)];

@@ -33,7 +33,8 @@ struct MatchState {
 
 class GrammarMatcher {
  public:
-  explicit GrammarMatcher(const Grammar& grammar);
+  // Keeps its own copy of the grammar.
+  explicit GrammarMatcher(Grammar grammar);
 
   // Before any byte.
   const MatchState& start() const { return start_; }
@@ -68,7 +69,7 @@ class GrammarMatcher {
   // Expands `seeds` into a state: rule references opened, finished rules closed.
   MatchState close(std::vector<int32_t>& seeds);
 
-  const Grammar& grammar_;
+  const Grammar grammar_;
   std::vector<Frame> frames_;
   std::unordered_map<uint64_t, std::vector<int32_t>> by_key_;  // hash-consing of frames
   MatchState start_;

@@ -19,6 +19,7 @@ packages=(
   python3 python3-numpy                      # the independent numpy reference in tests
   python3-jinja2                             # differential tests of our Jinja engine
   python3-requests                           # a charset-sensitive streaming client in the e2e tests
+  python3-jsonschema                         # the independent validator of structured output in the tests
   prometheus                                 # promtool parses /metrics in the e2e tests
 )
 

@@ -1,0 +1,299 @@
+#include "structured/json_schema.h"
+
+#include <map>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "structured/ebnf.h"
+#include "util/error.h"
+
+namespace ernie::structured {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Keywords that only describe: they never change which documents are valid.
+const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id",
+                                            "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions",
+                                            "strict", "name"};
+const std::set<std::string> kSupported = {"type", "properties", "required", "additionalProperties", "items",
+                                          "prefixItems", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
+                                          "$ref", "minLength", "maxLength", "format", "allOf"};
+
+// An EBNF string literal for `text` (its bytes as they must appear in the output).
+std::string literal(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+class SchemaWriter {
+ public:
+  SchemaWriter(const json& root, const JsonGrammarOptions& options) : root_(root), options_(options) {}
+
+  std::string write() {
+    const std::string start = rule_for(root_, "#");
+    std::ostringstream out;
+    out << "root ::= " << start << "\n";
+    out << "ws ::= " << (options_.any_whitespace ? "[ \\t\\n]*" : "\"\"") << "\n";
+    out << "comma ::= " << (options_.any_whitespace ? "ws \",\" ws" : "\", \"") << "\n";
+    out << "colon ::= " << (options_.any_whitespace ? "ws \":\" ws" : "\": \"") << "\n";
+    out << "json-char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n";
+    out << "json-string ::= \"\\\"\" json-char* \"\\\"\"\n";
+    out << "json-integer ::= \"-\"? ( \"0\" | [1-9] [0-9]* )\n";
+    out << "json-number ::= json-integer ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n";
+    out << "json-value ::= json-object | json-array | json-string | json-number | \"true\" | \"false\" | \"null\"\n";
+    out << "json-object ::= \"{\" ws ( json-string colon json-value ( comma json-string colon json-value )* )? ws \"}\"\n";
+    out << "json-array ::= \"[\" ws ( json-value ( comma json-value )* )? ws \"]\"\n";
+    out << "hex ::= [0-9a-fA-F]\n";
+    out << "date ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )\n";
+    out << "time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]+ )? "
+           "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n";
+    for (const std::string& rule : rules_) out << rule << "\n";
+    return out.str();
+  }
+
+ private:
+  [[noreturn]] static void refuse(const std::string& pointer, const std::string& what) {
+    fail("JSON schema at ", pointer, ": ", what);
+  }
+
+  std::string new_rule(const std::string& body) {
+    const std::string name = "s" + std::to_string(counter_++);
+    rules_.push_back(name + " ::= " + body);
+    return name;
+  }
+
+  std::string rule_for(const json& schema, const std::string& pointer) {
+    if (schema.is_boolean()) {
+      if (!schema.get<bool>()) refuse(pointer, "the schema false matches nothing");
+      return "json-value";
+    }
+    if (!schema.is_object()) refuse(pointer, "a schema must be an object or a boolean");
+    for (const auto& [key, value] : schema.items())
+      if (!kSupported.count(key) && !kAnnotations.count(key))
+        refuse(pointer, "the keyword \"" + key + "\" is not supported (structured output refuses what it cannot enforce)");
+    if (schema.contains("$ref")) return reference(schema, pointer);
+    if (schema.contains("allOf")) {
+      const json& all = schema.at("allOf");
+      if (!all.is_array() || all.size() != 1) refuse(pointer, "allOf is supported with exactly one schema");
+      return rule_for(all.at(0), pointer + "/allOf/0");
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!schema.contains(key)) continue;
+      const json& branches = schema.at(key);
+      if (!branches.is_array() || branches.empty()) refuse(pointer, std::string(key) + " must be a non-empty array");
+      std::string body;
+      for (size_t i = 0; i < branches.size(); ++i)
+        body += (i ? " | " : "") + rule_for(branches[i], pointer + "/" + key + "/" + std::to_string(i));
+      return new_rule(body);
+    }
+    if (schema.contains("const")) return new_rule(literal(schema.at("const").dump()));
+    if (schema.contains("enum")) {
+      const json& values = schema.at("enum");
+      if (!values.is_array() || values.empty()) refuse(pointer, "enum must be a non-empty array");
+      std::string body;
+      for (size_t i = 0; i < values.size(); ++i) body += (i ? " | " : "") + literal(values[i].dump());
+      return new_rule(body);
+    }
+    std::vector<std::string> types;
+    if (schema.contains("type")) {
+      const json& type = schema.at("type");
+      if (type.is_string()) types.push_back(type.get<std::string>());
+      else if (type.is_array())
+        for (const json& t : type) types.push_back(t.get<std::string>());
+      else refuse(pointer, "type must be a string or an array of strings");
+    } else if (schema.contains("properties") || schema.contains("additionalProperties")) {
+      types.push_back("object");
+    } else if (schema.contains("items") || schema.contains("prefixItems")) {
+      types.push_back("array");
+    } else if (schema.contains("minLength") || schema.contains("maxLength") || schema.contains("format")) {
+      types.push_back("string");
+    } else {
+      return "json-value";
+    }
+    std::string body;
+    for (size_t i = 0; i < types.size(); ++i) body += (i ? " | " : "") + typed(schema, types[i], pointer);
+    return types.size() == 1 ? body : new_rule(body);
+  }
+
+  std::string reference(const json& schema, const std::string& pointer) {
+    const std::string ref = schema.at("$ref").get<std::string>();
+    const auto found = refs_.find(ref);
+    if (found != refs_.end()) return found->second;
+    const json* target = nullptr;
+    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+      const std::string p = prefix;
+      if (ref.rfind(p, 0) == 0) {
+        const std::string section = p.substr(2, p.size() - 3);
+        const std::string name = ref.substr(p.size());
+        if (root_.contains(section) && root_.at(section).contains(name)) target = &root_.at(section).at(name);
+      }
+    }
+    if (ref == "#") target = &root_;
+    if (target == nullptr) refuse(pointer, "$ref \"" + ref + "\" does not point into #/$defs or #/definitions");
+    // Named before it is written, so a recursive reference finds it.
+    const std::string name = "s" + std::to_string(counter_++);
+    refs_[ref] = name;
+    const std::string body = rule_for(*target, ref);
+    rules_.push_back(name + " ::= " + body);
+    return name;
+  }
+
+  static int count(const json& schema, const char* key, const std::string& pointer) {
+    if (!schema.contains(key)) return -1;
+    const json& value = schema.at(key);
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > 10000)
+      refuse(pointer, std::string(key) + " must be an integer from 0 to 10000");
+    return static_cast<int>(value.get<int64_t>());
+  }
+
+  std::string typed(const json& schema, const std::string& type, const std::string& pointer) {
+    if (type == "null") return "\"null\"";
+    if (type == "boolean") return "( \"true\" | \"false\" )";
+    if (type == "integer") return "json-integer";
+    if (type == "number") return "json-number";
+    if (type == "string") return string_rule(schema, pointer);
+    if (type == "array") return array_rule(schema, pointer);
+    if (type == "object") return object_rule(schema, pointer);
+    refuse(pointer, "unknown type \"" + type + "\"");
+  }
+
+  std::string string_rule(const json& schema, const std::string& pointer) {
+    if (schema.contains("format")) {
+      const std::string format = schema.at("format").get<std::string>();
+      std::string inner;
+      if (format == "date") inner = "date";
+      else if (format == "time") inner = "time";
+      else if (format == "date-time") inner = "date \"T\" time";
+      else if (format == "uuid") inner = "hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}";
+      else if (format == "email") inner = "[a-zA-Z0-9._%+-]+ \"@\" [a-zA-Z0-9-]+ ( \".\" [a-zA-Z0-9-]+ )+";
+      else refuse(pointer, "the string format \"" + format + "\" is not supported");
+      if (schema.contains("minLength") || schema.contains("maxLength"))
+        refuse(pointer, "minLength / maxLength together with format are not supported");
+      return new_rule("\"\\\"\" " + inner + " \"\\\"\"");
+    }
+    const int min = count(schema, "minLength", pointer), max = count(schema, "maxLength", pointer);
+    if (min < 0 && max < 0) return "json-string";
+    if (max >= 0 && min > max) refuse(pointer, "minLength is above maxLength");
+    return new_rule("\"\\\"\" json-char{" + std::to_string(std::max(min, 0)) + "," + (max >= 0 ? std::to_string(max) : "") +
+                    "} \"\\\"\"");
+  }
+
+  std::string array_rule(const json& schema, const std::string& pointer) {
+    const int min = count(schema, "minItems", pointer), max = count(schema, "maxItems", pointer);
+    if (max >= 0 && min > max) refuse(pointer, "minItems is above maxItems");
+    std::vector<std::string> prefix;
+    if (schema.contains("prefixItems")) {
+      const json& items = schema.at("prefixItems");
+      if (!items.is_array()) refuse(pointer, "prefixItems must be an array");
+      for (size_t i = 0; i < items.size(); ++i) prefix.push_back(rule_for(items[i], pointer + "/prefixItems/" + std::to_string(i)));
+      if (min < static_cast<int>(prefix.size()))
+        refuse(pointer, "prefixItems are supported when minItems requires all of them");
+    }
+    std::string item = "json-value";
+    bool more = true;
+    if (schema.contains("items")) {
+      const json& items = schema.at("items");
+      if (items.is_boolean() && !items.get<bool>()) more = false;
+      else item = rule_for(items, pointer + "/items");
+    } else if (!prefix.empty()) {
+      more = true;
+    }
+    const auto k = static_cast<int>(prefix.size());
+    if (max >= 0 && max < k) refuse(pointer, "maxItems is below the number of prefixItems");
+    // The first element, then "comma element" repeated: bounds shift by the k prefix items.
+    std::string body = "\"[\" ws ";
+    if (k > 0) {
+      for (int i = 0; i < k; ++i) body += (i ? " comma " : "") + prefix[static_cast<size_t>(i)];
+      if (more) {
+        const int low = std::max(min - k, 0), high = max < 0 ? -1 : max - k;
+        if (high != 0)
+          body += " ( comma " + item + " ){" + std::to_string(low) + "," + (high < 0 ? "" : std::to_string(high)) + "}";
+      }
+    } else if (!more) {
+      if (min > 0) refuse(pointer, "items: false leaves no room for minItems");
+    } else {
+      const int low = std::max(min, 0);
+      const std::string rest =
+          "( comma " + item + " ){" + std::to_string(std::max(low - 1, 0)) + "," + (max < 0 ? "" : std::to_string(max - 1)) + "}";
+      if (max == 0) {
+        // only the empty array
+      } else if (low == 0) {
+        body += "( " + item + " " + rest + " )?";
+      } else {
+        body += item + " " + rest;
+      }
+    }
+    body += " ws \"]\"";
+    return new_rule(body);
+  }
+
+  std::string object_rule(const json& schema, const std::string& pointer) {
+    std::vector<std::pair<std::string, std::string>> members;  // key literal, value rule
+    std::set<std::string> required;
+    if (schema.contains("required")) {
+      for (const json& key : schema.at("required")) required.insert(key.get<std::string>());
+    }
+    if (schema.contains("properties")) {
+      const json& properties = schema.at("properties");
+      if (!properties.is_object()) refuse(pointer, "properties must be an object");
+      for (const auto& [key, value] : properties.items())
+        members.push_back({key, rule_for(value, pointer + "/properties/" + key)});
+    }
+    for (const std::string& key : required) {
+      bool declared = false;
+      for (const auto& member : members) declared = declared || member.first == key;
+      if (!declared) refuse(pointer, "required property \"" + key + "\" is not among the properties");
+    }
+    // Extra members after the declared ones: none unless additionalProperties allows.
+    std::string extra;
+    if (schema.contains("additionalProperties")) {
+      const json& additional = schema.at("additionalProperties");
+      if (!(additional.is_boolean() && !additional.get<bool>()))
+        extra = "json-string colon " + rule_for(additional, pointer + "/additionalProperties");
+    }
+    // first_i: members i.. with none written yet; rest_i: members i.. after one was.
+    const auto n = members.size();
+    std::vector<std::string> first(n + 1), rest(n + 1);
+    rest[n] = new_rule(extra.empty() ? "\"\"" : "( comma " + extra + " )*");
+    first[n] = new_rule(extra.empty() ? "\"\"" : "( " + extra + " " + rest[n] + " )?");
+    for (size_t i = n; i-- > 0;) {
+      const std::string member = literal(json(members[i].first).dump()) + " colon " + members[i].second;
+      const bool optional = !required.count(members[i].first);
+      rest[i] = new_rule("comma " + member + " " + rest[i + 1] + (optional ? " | " + rest[i + 1] : ""));
+      first[i] = new_rule(member + " " + rest[i + 1] + (optional ? " | " + first[i + 1] : ""));
+    }
+    return new_rule("\"{\" ws " + first[0] + " ws \"}\"");
+  }
+
+  const json& root_;
+  JsonGrammarOptions options_;
+  std::vector<std::string> rules_;
+  std::map<std::string, std::string> refs_;
+  int counter_ = 0;
+};
+
+}  // namespace
+
+std::string json_schema_to_ebnf(const nlohmann::ordered_json& schema, const JsonGrammarOptions& options) {
+  return SchemaWriter(schema, options).write();
+}
+
+Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonGrammarOptions& options) {
+  return parse_ebnf(json_schema_to_ebnf(schema, options));
+}
+
+Grammar compile_json_object(const JsonGrammarOptions& options) {
+  return compile_json_schema(nlohmann::ordered_json{{"type", "object"}, {"additionalProperties", true}}, options);
+}
+
+}  // namespace ernie::structured

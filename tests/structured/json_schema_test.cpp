@@ -1,0 +1,137 @@
+// JSON Schema as grammars: documents sampled from each compiled schema are checked by
+// an independent validator (Debian's python3-jsonschema, with json.loads for syntax);
+// documents that break the schema are rejected; unsupported keywords are refused by name.
+#include "structured/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+
+#include "structured/matcher.h"
+#include "support/test_support.h"
+
+namespace ernie::structured {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// A random document of the grammar over printable ASCII (nullopt when the walk ran long).
+std::optional<std::string> sample(GrammarMatcher& matcher, std::mt19937& random) {
+  MatchState state = matcher.start();
+  std::string text;
+  while (text.size() < 400) {
+    std::vector<uint8_t> bytes, closing;
+    for (int b = 0x20; b < 0x7f; ++b) {
+      if (!matcher.can_take(state, static_cast<uint8_t>(b))) continue;
+      bytes.push_back(static_cast<uint8_t>(b));
+      if (b == '"' || b == ']' || b == '}' || (b >= '0' && b <= '9')) closing.push_back(static_cast<uint8_t>(b));
+    }
+    if (state.accepting && (bytes.empty() || random() % 3 == 0)) return text;
+    if (bytes.empty()) return std::nullopt;
+    // Past 120 bytes, steer towards closing what is open.
+    const std::vector<uint8_t>& from = text.size() > 120 && !closing.empty() ? closing : bytes;
+    const uint8_t byte = from[random() % from.size()];
+    text += static_cast<char>(byte);
+    state = matcher.step(state, byte);
+  }
+  return std::nullopt;
+}
+
+const std::vector<json>& schemas() {
+  static const std::vector<json> list = {
+      json::parse(R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                       "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 3}},
+                      "required": ["name"]})"),
+      json::parse(R"({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 4})"),
+      json::parse(R"({"enum": ["red", "green", 3, null, {"a": [1]}]})"),
+      json::parse(R"({"type": ["string", "null"], "minLength": 2, "maxLength": 6})"),
+      json::parse(R"({"anyOf": [{"type": "boolean"}, {"const": "yes"}, {"type": "object", "properties": {"k": {"const": 1}}, "required": ["k"]}]})"),
+      json::parse(R"({"$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"},
+                       "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+                       "required": ["value"]}}, "$ref": "#/$defs/node"})"),
+      json::parse(R"({"type": "object", "properties": {"id": {"type": "string", "format": "uuid"},
+                       "when": {"type": "string", "format": "date-time"}, "day": {"type": "string", "format": "date"}},
+                      "required": ["id", "when", "day"], "additionalProperties": false})"),
+      json::parse(R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "minItems": 2, "items": false})"),
+      json::parse(R"({"type": "object", "properties": {"a": {"type": "boolean"}}, "additionalProperties": {"type": "integer"}})"),
+      json::parse(R"({"title": "tool call", "type": "object", "properties": {"name": {"const": "get_weather"},
+                       "arguments": {"type": "object", "properties": {"city": {"type": "string"},
+                       "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"]}}, "required": ["name", "arguments"]})"),
+  };
+  return list;
+}
+
+constexpr const char* kValidator = R"(
+import json, sys, jsonschema
+cases = json.load(open(sys.argv[1]))
+checked = 0
+for case in cases:
+    for text in case["outputs"]:
+        document = json.loads(text)
+        jsonschema.validate(document, case["schema"])
+        checked += 1
+print("ok", checked)
+)";
+
+TEST(JsonSchemaTest, SampledDocumentsValidateWithPythonJsonschema) {
+  std::mt19937 random(21);
+  json cases = json::array();
+  for (bool any_whitespace : {true, false}) {
+    for (const json& schema : schemas()) {
+      SCOPED_TRACE(schema.dump());
+      GrammarMatcher matcher(compile_json_schema(schema, {.any_whitespace = any_whitespace}));
+      json outputs = json::array();
+      for (int i = 0; i < 40 && outputs.size() < 15; ++i)
+        if (const auto text = sample(matcher, random)) outputs.push_back(*text);
+      ASSERT_GE(outputs.size(), 5u) << "too few finished samples";
+      cases.push_back({{"schema", schema}, {"outputs", outputs}});
+    }
+  }
+  testing::TempDir temp;
+  testing::write_file(temp.file("cases.json"), cases.dump());
+  testing::write_file(temp.file("validate.py"), kValidator);
+  const auto result = testing::run_shell("/usr/bin/python3 " + temp.file("validate.py") + " " + temp.file("cases.json"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("ok "), std::string::npos) << result.output;
+}
+
+TEST(JsonSchemaTest, DocumentsBreakingTheSchemaAreRejected) {
+  GrammarMatcher person(compile_json_schema(schemas()[0]));
+  EXPECT_TRUE(person.matches(R"({"name": "Ann", "age": 3, "tags": ["a", "bc"]})"));
+  EXPECT_TRUE(person.matches(R"({"name":"Ann"})"));
+  EXPECT_FALSE(person.matches(R"({"age": 3})")) << "name is required";
+  EXPECT_FALSE(person.matches(R"({"name": "Ann", "extra": 1})")) << "no additional properties";
+  EXPECT_FALSE(person.matches(R"({"name": "Ann", "tags": ["toolong"]})")) << "maxLength 5";
+  EXPECT_FALSE(person.matches(R"({"name": "Ann", "tags": ["a", "b", "c", "d"]})")) << "maxItems 3";
+  EXPECT_FALSE(person.matches(R"({"name": "Ann", "age": 1.5})")) << "integer";
+  GrammarMatcher numbers(compile_json_schema(schemas()[1]));
+  EXPECT_FALSE(numbers.matches("[1]"));
+  EXPECT_TRUE(numbers.matches("[1, -2.5e3]"));
+  GrammarMatcher tree(compile_json_schema(schemas()[5]));
+  EXPECT_TRUE(tree.matches(R"({"value": 1, "children": [{"value": 2, "children": []}]})"));
+  EXPECT_FALSE(tree.matches(R"({"value": 1, "children": [{"children": []}]})"));
+  GrammarMatcher object(compile_json_object());
+  EXPECT_TRUE(object.matches(R"({"any": [1, {"x": null}]})"));
+  EXPECT_FALSE(object.matches("[1]"));
+  GrammarMatcher compact(compile_json_schema(schemas()[0], {.any_whitespace = false}));
+  EXPECT_TRUE(compact.matches(R"({"name": "Ann", "age": 3})"));
+  EXPECT_FALSE(compact.matches(R"({ "name": "Ann"})"));
+}
+
+TEST(JsonSchemaTest, UnsupportedKeywordsAreRefusedByName) {
+  const auto message = [](const char* schema) {
+    return testing::error_message([&] { compile_json_schema(json::parse(schema)); });
+  };
+  EXPECT_NE(message(R"({"type": "string", "pattern": "^a"})").find("\"pattern\""), std::string::npos);
+  EXPECT_NE(message(R"({"type": "integer", "minimum": 0})").find("\"minimum\""), std::string::npos);
+  EXPECT_NE(message(R"({"not": {"type": "string"}})").find("\"not\""), std::string::npos);
+  EXPECT_NE(message(R"({"type": "string", "format": "ipv4"})").find("\"ipv4\""), std::string::npos);
+  EXPECT_NE(message(R"({"$ref": "#/components/x"})").find("$ref"), std::string::npos);
+  EXPECT_NE(message(R"({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}})").find("#/properties/a"),
+            std::string::npos);
+  EXPECT_NE(message("false").find("matches nothing"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ernie::structured

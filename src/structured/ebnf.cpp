@@ -54,9 +54,13 @@ void split_utf8(uint32_t first, uint32_t last, const Emit& emit) {
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : text_(text) {}
+  Parser(std::string_view text, const ExternalRules& external) : text_(text), external_(external) {}
 
   Grammar parse() {
+    for (const auto& [name, build] : external_) {
+      rules_[name] = build(builder_);
+      defined_[rules_[name]] = true;
+    }
     skip_space();
     while (pos_ < text_.size()) {
       const std::string name = identifier();
@@ -312,6 +316,7 @@ class Parser {
   static constexpr int kMaxRepetition = 10000;
 
   std::string_view text_;
+  const ExternalRules& external_;
   size_t pos_ = 0;
   GrammarBuilder builder_;
   std::map<std::string, int32_t> rules_;
@@ -387,6 +392,6 @@ void add_code_point_range(GrammarBuilder& builder, int32_t rule, uint32_t first,
   split_utf8(first, last, emit);
 }
 
-Grammar parse_ebnf(std::string_view text) { return Parser(text).parse(); }
+Grammar parse_ebnf(std::string_view text, const ExternalRules& external) { return Parser(text, external).parse(); }
 
 }  // namespace ernie::structured

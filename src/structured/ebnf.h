@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -19,8 +21,12 @@
 
 namespace ernie::structured {
 
+// Rules the text may use without defining them, each built by a callback (the JSON
+// Schema compiler's regex patterns, say); the callback returns the rule it added.
+using ExternalRules = std::map<std::string, std::function<int32_t(GrammarBuilder&)>>;
+
 // Throws ernie::Error naming the line and column of the first problem.
-Grammar parse_ebnf(std::string_view text);
+Grammar parse_ebnf(std::string_view text, const ExternalRules& external = {});
 
 // Helpers the other constraint compilers share (regex classes, JSON string bodies).
 using CodePointRanges = std::vector<std::pair<uint32_t, uint32_t>>;  // inclusive

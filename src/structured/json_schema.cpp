@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "structured/ebnf.h"
+#include "structured/regex.h"
 #include "util/error.h"
 
 namespace ernie::structured {
@@ -19,7 +20,7 @@ const std::set<std::string> kAnnotations = {"title", "description", "default", "
                                             "strict", "name"};
 const std::set<std::string> kSupported = {"type", "properties", "required", "additionalProperties", "items",
                                           "prefixItems", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
-                                          "$ref", "minLength", "maxLength", "format", "allOf"};
+                                          "$ref", "minLength", "maxLength", "format", "allOf", "pattern"};
 
 // An EBNF string literal for `text` (its bytes as they must appear in the output).
 std::string literal(const std::string& text) {
@@ -181,6 +182,24 @@ class SchemaWriter {
         refuse(pointer, "minLength / maxLength together with format are not supported");
       return new_rule("\"\\\"\" " + inner + " \"\\\"\"");
     }
+    if (schema.contains("pattern")) {
+      if (schema.contains("minLength") || schema.contains("maxLength"))
+        refuse(pointer, "minLength / maxLength together with pattern are not supported");
+      if (!schema.at("pattern").is_string()) refuse(pointer, "pattern must be a string");
+      // JSON Schema patterns search the string: unanchored ends may have anything around.
+      std::string pattern = schema.at("pattern").get<std::string>();
+      const bool anchored_start = !pattern.empty() && pattern.front() == '^';
+      const bool anchored_end = pattern.size() >= 2 ? pattern.back() == '$' && pattern[pattern.size() - 2] != '\\'
+                                                    : pattern == "$";
+      pattern = (anchored_start ? "" : "[\\s\\S]*") + std::string("(?:") +
+                pattern.substr(anchored_start ? 1 : 0, pattern.size() - (anchored_start ? 1 : 0) - (anchored_end ? 1 : 0)) +
+                ")" + (anchored_end ? "" : "[\\s\\S]*");
+      const std::string name = "pattern-" + std::to_string(counter_++);
+      external_[name] = [pattern, name](GrammarBuilder& builder) {
+        return add_regex_rule(builder, pattern, name, /*json_string=*/true);
+      };
+      return new_rule("\"\\\"\" " + name + " \"\\\"\"");
+    }
     const int min = count(schema, "minLength", pointer), max = count(schema, "maxLength", pointer);
     if (min < 0 && max < 0) return "json-string";
     if (max >= 0 && min > max) refuse(pointer, "minLength is above maxLength");
@@ -277,6 +296,12 @@ class SchemaWriter {
 
   const json& root_;
   JsonGrammarOptions options_;
+
+ public:
+  // Rules the EBNF text uses but the regex compiler builds (patterns).
+  ExternalRules external_;
+
+ private:
   std::vector<std::string> rules_;
   std::map<std::string, std::string> refs_;
   int counter_ = 0;
@@ -289,7 +314,9 @@ std::string json_schema_to_ebnf(const nlohmann::ordered_json& schema, const Json
 }
 
 Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonGrammarOptions& options) {
-  return parse_ebnf(json_schema_to_ebnf(schema, options));
+  SchemaWriter writer(schema, options);
+  const std::string text = writer.write();
+  return parse_ebnf(text, writer.external_);
 }
 
 Grammar compile_json_object(const JsonGrammarOptions& options) {

@@ -9,7 +9,8 @@
 // members after the declared ones), items, prefixItems, minItems / maxItems, enum,
 // const, anyOf and oneOf (oneOf's exclusivity is not enforced: the output matches at
 // least one branch), $ref to #/$defs/... and #/definitions/... (recursion included),
-// minLength / maxLength, and the formats date, time, date-time, uuid and email.
+// minLength / maxLength, pattern (structured/regex.h; searched, as JSON Schema does,
+// unless anchored with ^ / $), and the formats date, time, date-time, uuid and email.
 // Annotations (title, description, default, examples, $schema, $id, $comment, ...) are
 // ignored. Any other keyword is refused naming it — never silently ignored.
 #pragma once

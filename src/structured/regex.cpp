@@ -1,5 +1,6 @@
 #include "structured/regex.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,8 @@ const CodePointRanges kSpace = {{'\t', '\r'}, {' ', ' '}};
 
 class RegexParser {
  public:
-  RegexParser(GrammarBuilder& builder, std::string_view pattern, std::string name)
-      : builder_(builder), pattern_(pattern), name_(std::move(name)) {}
+  RegexParser(GrammarBuilder& builder, std::string_view pattern, std::string name, bool json_string)
+      : builder_(builder), pattern_(pattern), name_(std::move(name)), json_string_(json_string) {}
 
   int32_t parse() {
     if (pos_ < pattern_.size() && pattern_[pos_] == '^') ++pos_;
@@ -65,14 +66,14 @@ class RegexParser {
     if (c == '[') return parse_class();
     if (c == '.') {
       ++pos_;
-      return code_point_class(builder_, code_point_ranges({{'\n', '\n'}}, true), name_);
+      return chars(code_point_ranges({{'\n', '\n'}}, true));
     }
     if (c == '\\') return parse_escape_atom();
     if (c == '*' || c == '+' || c == '?' || c == '{') error("a quantifier with nothing to repeat");
     return single(read_code_point());
   }
 
-  Element single(uint32_t code_point) { return code_point_class(builder_, {{code_point, code_point}}, name_); }
+  Element single(uint32_t code_point) { return chars({{code_point, code_point}}); }
 
   Element parse_group() {
     ++pos_;
@@ -164,7 +165,7 @@ class RegexParser {
   Element parse_escape_atom() {
     CodePointRanges ranges;
     bool negated = false;
-    if (class_escape(ranges, negated)) return code_point_class(builder_, code_point_ranges(ranges, negated), name_);
+    if (class_escape(ranges, negated)) return chars(code_point_ranges(ranges, negated));
     return single(escaped_code_point());
   }
 
@@ -261,19 +262,55 @@ class RegexParser {
     ++pos_;
     const CodePointRanges set = code_point_ranges(ranges, negated);
     if (set.empty()) error("a class that matches nothing");
-    return code_point_class(builder_, set, name_);
+    return chars(set);
+  }
+
+  // One character of `set`, as written in the output: itself, or inside a JSON string
+  // the JSON escape of `"`, `\` and control characters.
+  Element chars(const CodePointRanges& set) {
+    if (!json_string_) return code_point_class(builder_, set, name_);
+    const CodePointRanges specials = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+    CodePointRanges plain, escaped;
+    for (const auto& [first, last] : set) {
+      for (const auto& [lo, hi] : code_point_ranges(specials, true))
+        if (std::max(first, lo) <= std::min(last, hi)) plain.push_back({std::max(first, lo), std::min(last, hi)});
+      for (const auto& [lo, hi] : specials)
+        if (std::max(first, lo) <= std::min(last, hi)) escaped.push_back({std::max(first, lo), std::min(last, hi)});
+    }
+    if (escaped.empty()) return code_point_class(builder_, plain, name_);
+    const int32_t rule = builder_.add_rule(name_ + "[json]");
+    for (const auto& [first, last] : plain) add_code_point_range(builder_, rule, first, last);
+    for (const auto& [first, last] : escaped)
+      for (uint32_t c = first; c <= last; ++c) builder_.add_alternative(rule, GrammarBuilder::literal(json_escape(c)));
+    return GrammarBuilder::ref(rule);
+  }
+
+  static std::string json_escape(uint32_t c) {
+    switch (c) {
+      case '"': return "\\\"";
+      case '\\': return "\\\\";
+      case '\n': return "\\n";
+      case '\r': return "\\r";
+      case '\t': return "\\t";
+      case '\b': return "\\b";
+      case '\f': return "\\f";
+      default: break;
+    }
+    static const char* kHex = "0123456789abcdef";
+    return std::string("\\u00") + kHex[c >> 4] + kHex[c & 15];
   }
 
   GrammarBuilder& builder_;
   std::string_view pattern_;
   std::string name_;
+  bool json_string_;
   size_t pos_ = 0;
 };
 
 }  // namespace
 
-int32_t add_regex_rule(GrammarBuilder& builder, std::string_view pattern, const std::string& name) {
-  return RegexParser(builder, pattern, name).parse();
+int32_t add_regex_rule(GrammarBuilder& builder, std::string_view pattern, const std::string& name, bool json_string) {
+  return RegexParser(builder, pattern, name, json_string).parse();
 }
 
 Grammar compile_regex(std::string_view pattern) {

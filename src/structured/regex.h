@@ -19,7 +19,10 @@ namespace ernie::structured {
 // Throws ernie::Error naming the unsupported feature or the syntax problem and where.
 Grammar compile_regex(std::string_view pattern);
 
-// Adds the regex as a rule of `builder` (for JSON Schema patterns) and returns it.
-int32_t add_regex_rule(GrammarBuilder& builder, std::string_view pattern, const std::string& name);
+// Adds the regex as a rule of `builder` and returns it. With `json_string`, the rule
+// matches the regex's strings as they appear inside a JSON string literal: `"`, `\` and
+// control characters as their JSON escapes (JSON Schema `pattern`).
+int32_t add_regex_rule(GrammarBuilder& builder, std::string_view pattern, const std::string& name,
+                       bool json_string = false);
 
 }  // namespace ernie::structured

@@ -55,6 +55,9 @@ const std::vector<json>& schemas() {
                       "required": ["id", "when", "day"], "additionalProperties": false})"),
       json::parse(R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "minItems": 2, "items": false})"),
       json::parse(R"({"type": "object", "properties": {"a": {"type": "boolean"}}, "additionalProperties": {"type": "integer"}})"),
+      json::parse(R"({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+                       "note": {"type": "string", "pattern": "^ab+c"}, "quote": {"type": "string", "pattern": "^say \"[a-z\\\\]+\"$"}},
+                      "required": ["code", "note", "quote"]})"),
       json::parse(R"({"title": "tool call", "type": "object", "properties": {"name": {"const": "get_weather"},
                        "arguments": {"type": "object", "properties": {"city": {"type": "string"},
                        "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"]}}, "required": ["name", "arguments"]})"),
@@ -111,6 +114,14 @@ TEST(JsonSchemaTest, DocumentsBreakingTheSchemaAreRejected) {
   GrammarMatcher tree(compile_json_schema(schemas()[5]));
   EXPECT_TRUE(tree.matches(R"({"value": 1, "children": [{"value": 2, "children": []}]})"));
   EXPECT_FALSE(tree.matches(R"({"value": 1, "children": [{"children": []}]})"));
+  GrammarMatcher patterned(compile_json_schema(schemas()[9]));
+  EXPECT_TRUE(patterned.matches(R"({"code": "AB-123", "note": "abbbcyy", "quote": "say \"hi\\\\\""})"));
+  EXPECT_FALSE(patterned.matches(R"({"code": "AB-1234", "note": "abc", "quote": "say \"hi\""})")) << "anchored";
+  EXPECT_FALSE(patterned.matches(R"({"code": "AB-123", "note": "xabc", "quote": "say \"hi\""})")) << "anchored start";
+  // An unanchored pattern is searched for, as JSON Schema (and re.search) do.
+  GrammarMatcher searched(compile_json_schema(json::parse(R"({"type": "string", "pattern": "ab+c"})")));
+  EXPECT_TRUE(searched.matches(R"("xxabbbcyy")"));
+  EXPECT_FALSE(searched.matches(R"("xxacyy")"));
   GrammarMatcher object(compile_json_object());
   EXPECT_TRUE(object.matches(R"({"any": [1, {"x": null}]})"));
   EXPECT_FALSE(object.matches("[1]"));
@@ -123,7 +134,8 @@ TEST(JsonSchemaTest, UnsupportedKeywordsAreRefusedByName) {
   const auto message = [](const char* schema) {
     return testing::error_message([&] { compile_json_schema(json::parse(schema)); });
   };
-  EXPECT_NE(message(R"({"type": "string", "pattern": "^a"})").find("\"pattern\""), std::string::npos);
+  EXPECT_NE(message(R"({"type": "object", "patternProperties": {"^a": {}}})").find("\"patternProperties\""), std::string::npos);
+  EXPECT_NE(message(R"({"type": "string", "pattern": "(a)\\1"})").find("backreferences"), std::string::npos);
   EXPECT_NE(message(R"({"type": "integer", "minimum": 0})").find("\"minimum\""), std::string::npos);
   EXPECT_NE(message(R"({"not": {"type": "string"}})").find("\"not\""), std::string::npos);
   EXPECT_NE(message(R"({"type": "string", "format": "ipv4"})").find("\"ipv4\""), std::string::npos);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 
+#include "structured/constraint.h"
 #include "structured/matcher.h"
 #include "support/test_support.h"
 
@@ -143,6 +144,33 @@ TEST(JsonSchemaTest, UnsupportedKeywordsAreRefusedByName) {
   EXPECT_NE(message(R"({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}})").find("#/properties/a"),
             std::string::npos);
   EXPECT_NE(message("false").find("matches nothing"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ernie::structured
+
+namespace ernie::structured {
+namespace {
+
+TEST(ConstraintTest, EveryKindCompilesAndChoicesAreExact) {
+  GrammarMatcher choice(compile_constraint({.kind = ConstraintSpec::Kind::kChoice, .choices = {"yes", "no", "yes!"}}));
+  EXPECT_TRUE(choice.matches("yes"));
+  EXPECT_TRUE(choice.matches("yes!"));
+  EXPECT_FALSE(choice.matches("ye"));
+  EXPECT_FALSE(choice.matches("no!"));
+  EXPECT_TRUE(GrammarMatcher(compile_constraint({.kind = ConstraintSpec::Kind::kRegex, .text = "[0-9]+"})).matches("42"));
+  EXPECT_TRUE(GrammarMatcher(compile_constraint({.kind = ConstraintSpec::Kind::kGrammar, .text = "root ::= \"x\"+"})).matches("xx"));
+  EXPECT_TRUE(GrammarMatcher(compile_constraint({.kind = ConstraintSpec::Kind::kJsonSchema, .text = R"({"type": "integer"})"}))
+                  .matches("-7"));
+  EXPECT_TRUE(GrammarMatcher(compile_constraint({.kind = ConstraintSpec::Kind::kJsonObject})).matches("{}"));
+  EXPECT_NE(testing::error_message([] { compile_constraint({.kind = ConstraintSpec::Kind::kJsonSchema, .text = "{"}); })
+                .find("not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(testing::error_message([] { compile_choices({}); }).find("at least one"), std::string::npos);
+  // Keys tell constraints apart.
+  const ConstraintSpec a{.kind = ConstraintSpec::Kind::kChoice, .choices = {"ab", "c"}};
+  const ConstraintSpec b{.kind = ConstraintSpec::Kind::kChoice, .choices = {"a", "bc"}};
+  EXPECT_NE(a.key(), b.key());
 }
 
 }  // namespace

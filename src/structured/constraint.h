@@ -1,0 +1,30 @@
+// What a request asks its output to be, in one form whatever field said it
+// (`response_format`, `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`),
+// and the grammar it compiles to.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "structured/grammar.h"
+
+namespace ernie::structured {
+
+struct ConstraintSpec {
+  enum class Kind { kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar };
+  Kind kind = Kind::kJsonObject;
+  std::string text = {};                  // the schema (JSON text), the regex or the EBNF
+  std::vector<std::string> choices = {};  // kChoice
+  bool any_whitespace = true;        // JSON kinds: see JsonGrammarOptions
+
+  // Identifies the compiled grammar (for a cache of them).
+  std::string key() const;
+};
+
+// Throws ernie::Error saying what is wrong with the constraint (a 400 for the client).
+Grammar compile_constraint(const ConstraintSpec& spec);
+
+// guided_choice: exactly one of the strings (at least one, none empty).
+Grammar compile_choices(const std::vector<std::string>& choices);
+
+}  // namespace ernie::structured

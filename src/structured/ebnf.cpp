@@ -247,25 +247,13 @@ class Parser {
       }
     }
     // A UTF-8 character as written in the grammar.
-    const int length = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
-    if (length == 0 || pos_ + static_cast<size_t>(length) > text_.size()) error("invalid UTF-8 in the grammar");
-    uint32_t value = length == 1 ? lead : lead & (0x7F >> length);
-    for (int i = 1; i < length; ++i) value = (value << 6) | (static_cast<uint8_t>(text_[pos_ + static_cast<size_t>(i)]) & 0x3F);
-    pos_ += static_cast<size_t>(length);
-    return value;
+    if (const std::optional<uint32_t> value = read_utf8(text_, pos_)) return *value;
+    error("invalid UTF-8 in the grammar");
   }
 
   uint32_t hex(int digits) {
-    if (pos_ + static_cast<size_t>(digits) > text_.size()) error("a \\x, \\u or \\U escape needs more hex digits");
-    uint32_t value = 0;
-    for (int i = 0; i < digits; ++i) {
-      const char h = text_[pos_++];
-      const int digit = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-      if (digit < 0) error("invalid hex digit in an escape");
-      value = value * 16 + static_cast<uint32_t>(digit);
-    }
-    if (value > kMaxCodePoint) error("code point beyond U+10FFFF");
-    return value;
+    if (const std::optional<uint32_t> value = read_hex_code_point(text_, pos_, digits)) return *value;
+    error("a \\x, \\u or \\U escape needs that many hex digits, up to U+10FFFF");
   }
 
   Sequence parse_literal(char quote) {
@@ -374,6 +362,35 @@ Element code_point_class(GrammarBuilder& builder, const CodePointRanges& ranges,
   const int32_t rule = builder.add_rule(name + "[class]");
   for (const auto& [first, last] : ranges) add_code_point_range(builder, rule, first, last);
   return GrammarBuilder::ref(rule);
+}
+
+std::optional<uint32_t> read_utf8(std::string_view text, size_t& pos) {
+  if (pos >= text.size()) return std::nullopt;
+  const auto lead = static_cast<uint8_t>(text[pos]);
+  const int length = lead < 0x80 ? 1 : lead >= 0xF8 ? 0 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
+  if (length == 0 || pos + static_cast<size_t>(length) > text.size()) return std::nullopt;
+  uint32_t value = length == 1 ? lead : lead & (0x7F >> length);
+  for (int i = 1; i < length; ++i) {
+    const auto next = static_cast<uint8_t>(text[pos + static_cast<size_t>(i)]);
+    if ((next & 0xC0) != 0x80) return std::nullopt;
+    value = (value << 6) | (next & 0x3F);
+  }
+  pos += static_cast<size_t>(length);
+  return value;
+}
+
+std::optional<uint32_t> read_hex_code_point(std::string_view text, size_t& pos, int digits) {
+  if (pos + static_cast<size_t>(digits) > text.size()) return std::nullopt;
+  uint32_t value = 0;
+  for (int i = 0; i < digits; ++i) {
+    const char h = text[pos + static_cast<size_t>(i)];
+    const int digit = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+    if (digit < 0) return std::nullopt;
+    value = value * 16 + static_cast<uint32_t>(digit);
+  }
+  if (value > kMaxCodePoint) return std::nullopt;
+  pos += static_cast<size_t>(digits);
+  return value;
 }
 
 void add_code_point_range(GrammarBuilder& builder, int32_t rule, uint32_t first, uint32_t last) {

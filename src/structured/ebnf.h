@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,5 +43,11 @@ Element code_point_class(GrammarBuilder& builder, const CodePointRanges& ranges,
 
 // The UTF-8 encoding of a code point.
 std::string utf8_encode(uint32_t code_point);
+// The code point of the UTF-8 character at text[pos], advancing pos past it; nullopt when
+// the bytes there are not one.
+std::optional<uint32_t> read_utf8(std::string_view text, size_t& pos);
+// `digits` hex digits at text[pos] as a code point, advancing pos; nullopt when they are
+// missing, not hex, or beyond U+10FFFF.
+std::optional<uint32_t> read_hex_code_point(std::string_view text, size_t& pos, int digits);
 
 }  // namespace ernie::structured

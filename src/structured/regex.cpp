@@ -10,7 +10,6 @@
 namespace ernie::structured {
 namespace {
 
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr int kMaxRepetition = 10000;
 
 const CodePointRanges kDigits = {{'0', '9'}};
@@ -208,26 +207,13 @@ class RegexParser {
   }
 
   uint32_t hex(int digits) {
-    if (pos_ + static_cast<size_t>(digits) > pattern_.size()) error("an escape needs more hex digits");
-    uint32_t value = 0;
-    for (int i = 0; i < digits; ++i) {
-      const char h = pattern_[pos_++];
-      const int digit = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-      if (digit < 0) error("invalid hex digit");
-      value = value * 16 + static_cast<uint32_t>(digit);
-    }
-    if (value > kMaxCodePoint) error("code point beyond U+10FFFF");
-    return value;
+    if (const std::optional<uint32_t> value = read_hex_code_point(pattern_, pos_, digits)) return *value;
+    error("an escape needs that many hex digits, up to U+10FFFF");
   }
 
   uint32_t read_code_point() {
-    const auto lead = static_cast<uint8_t>(pattern_[pos_]);
-    const int length = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
-    if (length == 0 || pos_ + static_cast<size_t>(length) > pattern_.size()) error("invalid UTF-8");
-    uint32_t value = length == 1 ? lead : lead & (0x7F >> length);
-    for (int i = 1; i < length; ++i) value = (value << 6) | (static_cast<uint8_t>(pattern_[pos_ + static_cast<size_t>(i)]) & 0x3F);
-    pos_ += static_cast<size_t>(length);
-    return value;
+    if (const std::optional<uint32_t> value = read_utf8(pattern_, pos_)) return *value;
+    error("invalid UTF-8");
   }
 
   Element parse_class() {

@@ -74,4 +74,11 @@ void TokenTrie::allowed(GrammarMatcher& matcher, const MatchState& state, std::v
   matcher.mask_cache(start) = mask;
 }
 
+TokenTrie vocabulary_trie(const Tokenizer& tokenizer, int64_t vocab_size, std::vector<int32_t> end_tokens) {
+  std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
+  for (int64_t id = 0; id < vocab_size; ++id)
+    bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(static_cast<int32_t>(id), /*skip_special=*/true);
+  return TokenTrie(bytes, std::move(end_tokens));
+}
+
 }  // namespace ernie::structured

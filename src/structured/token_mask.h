@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "structured/matcher.h"
+#include "text/tokenizer.h"
 
 namespace ernie::structured {
 
@@ -36,5 +37,10 @@ class TokenTrie {
   std::vector<int32_t> end_tokens_;
   size_t vocab_size_ = 0;
 };
+
+// The trie of a model's vocabulary: each token's bytes as they appear in generated text
+// (special tokens are never allowed by a constraint), `vocab_size` ids (the model's,
+// which may exceed the tokenizer's), `end_tokens` allowed when the grammar accepts.
+TokenTrie vocabulary_trie(const Tokenizer& tokenizer, int64_t vocab_size, std::vector<int32_t> end_tokens);
 
 }  // namespace ernie::structured

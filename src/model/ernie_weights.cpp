@@ -99,12 +99,7 @@ WeightMatrix read_lm_head(WeightReader& reader, Checkpoint& checkpoint, const Mo
     if (head != nullptr) log_info("tie_word_embeddings is true: lm_head.weight is ignored, the embedding is used");
     return embedding;
   }
-  if (head == nullptr && is_prequantized(checkpoint)) {
-    WeightMatrix placeholder;  // packed by `ernie quantize`, attached after loading
-    placeholder.rows = v;
-    placeholder.cols = h;
-    return placeholder;
-  }
+  if (head == nullptr && is_prequantized(checkpoint)) return prequantized_placeholder(v, h);
   if (head == nullptr) fail("checkpoint is missing tensor \"lm_head.weight\" (expected shape [", v, ", ", h,
                             "]; tie_word_embeddings is false)");
   // Paddle stores [H, V]; some early PT releases did too. Square heads follow the layout.

@@ -47,6 +47,13 @@ void write_config(const std::string& source_dir, const std::string& quantization
 
 }  // namespace
 
+WeightMatrix prequantized_placeholder(int64_t rows, int64_t cols) {
+  WeightMatrix placeholder;
+  placeholder.rows = rows;
+  placeholder.cols = cols;
+  return placeholder;
+}
+
 bool is_prequantized(const Checkpoint& checkpoint) { return checkpoint.metadata().count(kLayoutField) != 0; }
 
 void attach_prequantized_linears(Checkpoint& checkpoint, ErnieWeights& weights) {

@@ -21,6 +21,10 @@ namespace ernie {
 // Whether the checkpoint was written by `ernie quantize` (any packed-layout version).
 bool is_prequantized(const Checkpoint& checkpoint);
 
+// Stands for a Linear the checkpoint left out (rows x cols, no data) until
+// attach_prequantized_linears gives it its packed form.
+WeightMatrix prequantized_placeholder(int64_t rows, int64_t cols);
+
 // Gives every Linear the checkpoint left out its packed form. Throws ernie::Error when the
 // packed layout is another version's or a Linear's packed data is missing or does not fit.
 void attach_prequantized_linears(Checkpoint& checkpoint, ErnieWeights& weights);

@@ -87,12 +87,7 @@ std::vector<WeightMatrix> WeightReader::fused_linear(const std::string& name, co
   std::vector<WeightMatrix> parts;
   if (!checkpoint_.contains(prefix_ + name) && is_prequantized(checkpoint_)) {
     // `ernie quantize` left this Linear out: its packed form is attached after loading.
-    for (int64_t out : outs) {
-      WeightMatrix placeholder;
-      placeholder.rows = out;
-      placeholder.cols = in;
-      parts.push_back(placeholder);
-    }
+    for (int64_t out : outs) parts.push_back(prequantized_placeholder(out, in));
     return parts;
   }
   const TensorView tensor = checkpoint_.take(prefix_ + name, expected);

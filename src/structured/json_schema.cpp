@@ -224,8 +224,6 @@ class SchemaWriter {
       const json& items = schema.at("items");
       if (items.is_boolean() && !items.get<bool>()) more = false;
       else item = rule_for(items, pointer + "/items");
-    } else if (!prefix.empty()) {
-      more = true;
     }
     const auto k = static_cast<int>(prefix.size());
     if (max >= 0 && max < k) refuse(pointer, "maxItems is below the number of prefixItems");

@@ -255,20 +255,24 @@ class RegexParser {
   // the JSON escape of `"`, `\` and control characters.
   Element chars(const CodePointRanges& set) {
     if (!json_string_) return code_point_class(builder_, set, name_);
-    const CodePointRanges specials = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
-    CodePointRanges plain, escaped;
-    for (const auto& [first, last] : set) {
-      for (const auto& [lo, hi] : code_point_ranges(specials, true))
-        if (std::max(first, lo) <= std::min(last, hi)) plain.push_back({std::max(first, lo), std::min(last, hi)});
-      for (const auto& [lo, hi] : specials)
-        if (std::max(first, lo) <= std::min(last, hi)) escaped.push_back({std::max(first, lo), std::min(last, hi)});
-    }
+    static const CodePointRanges specials = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+    static const CodePointRanges others = code_point_ranges(specials, true);
+    const CodePointRanges plain = intersection(set, others), escaped = intersection(set, specials);
     if (escaped.empty()) return code_point_class(builder_, plain, name_);
     const int32_t rule = builder_.add_rule(name_ + "[json]");
     for (const auto& [first, last] : plain) add_code_point_range(builder_, rule, first, last);
     for (const auto& [first, last] : escaped)
       for (uint32_t c = first; c <= last; ++c) builder_.add_alternative(rule, GrammarBuilder::literal(json_escape(c)));
     return GrammarBuilder::ref(rule);
+  }
+
+  // The code points in both sets.
+  static CodePointRanges intersection(const CodePointRanges& a, const CodePointRanges& b) {
+    CodePointRanges out;
+    for (const auto& [first, last] : a)
+      for (const auto& [lo, hi] : b)
+        if (std::max(first, lo) <= std::min(last, hi)) out.push_back({std::max(first, lo), std::min(last, hi)});
+    return out;
   }
 
   static std::string json_escape(uint32_t c) {

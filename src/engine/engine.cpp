@@ -101,6 +101,11 @@ void Engine::add_request(GenerateRequest request) {
   engine_request.sampler = std::make_unique<RequestSampler>(
       engine_request.params, std::span<const int32_t>(engine_request.tokens), eos_token_ids_, default_seed,
       config_.sampling_class, config_.early_stop.enabled);
+  if (request.constraint) {
+    if (!guided_) guided_ = std::make_unique<GuidedDecoding>(tokenizer_, vocab, eos_token_ids_);
+    engine_request.guide = std::make_unique<GuidedState>(guided_->begin(request.constraint, request.visible_special_tokens));
+    engine_request.guide->waits_for_think_end = request.constrain_after_reasoning && think_end_id_.has_value();
+  }
   live->text = std::make_unique<TextStream>(tokenizer_, engine_request.params.stop,
                                             engine_request.params.include_stop_str_in_output,
                                             std::move(request.visible_special_tokens));
@@ -251,7 +256,9 @@ std::vector<RequestOutput> Engine::step() {
   // Sampling rows first, then the prompt rows.
   const size_t sampling_rows = batch.logit_rows.size();
   for (const PromptLogprobRow& row : prompt_rows) batch.logit_rows.push_back(row.batch_row);
+  start_masks(chunks);
   std::vector<float>& logits = model_.forward(batch);
+  if (!step_masks_.empty()) guided_->wait_masks();
 
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
   score_prompt_rows(prompt_rows, std::span<const float>(logits).subspan(sampling_rows * vocab));
@@ -266,6 +273,8 @@ std::vector<RequestOutput> Engine::step() {
   }
   if (config_.speculative.enabled()) {
     propose_drafts(chunks);
+    for (const StepChunk& chunk : chunks)
+      if (chunk.request && chunk.request->guide && !chunk.request->drafts.empty()) constrain_drafts(*chunk.request);
     // The planner learns what a decode-only step costs by its rows, drafting included:
     // from steady steps only, which proposed as many rows as they verified (a step that
     // starts or stops drafting pays for one plan and verifies another).
@@ -314,7 +323,13 @@ RequestOutput Engine::emit_tokens(StepChunk& chunk, float* logits) {
   std::optional<FinishReason> reason;
   for (int row = 0; row <= chunk.drafts && !reason; ++row) {
     std::span<float> row_logits(logits + static_cast<size_t>(row) * vocab, vocab);
-    SampledToken sampled = request.sampler->sample(row_logits);
+    const MaskJob* masks = chunk.mask_job >= 0 ? &step_masks_[static_cast<size_t>(chunk.mask_job)] : nullptr;
+    if (masks && !masks->error.empty()) {
+      output.error = masks->error;
+      reason = FinishReason::kError;
+      break;
+    }
+    SampledToken sampled = request.sampler->sample(row_logits, masks ? masks->rows[static_cast<size_t>(row)] : nullptr);
     // Early stop ends the request with the first end token in place of the drawn one, as
     // FastDeploy's stopper does.
     const bool early_stop = stops_early(request, sampled);
@@ -332,7 +347,16 @@ RequestOutput Engine::emit_tokens(StepChunk& chunk, float* logits) {
     if (request.params.logprobs) output.logprobs.push_back(std::move(sampled));
     const bool stop_token = std::find(request.params.stop_token_ids.begin(), request.params.stop_token_ids.end(),
                                       token) != request.params.stop_token_ids.end();
-    if (early_stop || (is_eos(token) && !request.params.ignore_eos) || stop_token) {
+    if (request.guide) {
+      if (std::optional<std::string> error = follow_constraint(request, token)) {
+        output.error = std::move(*error);
+        reason = FinishReason::kError;
+        break;
+      }
+    }
+    // A constrained request ends at the end token its grammar allowed, ignore_eos or not.
+    const bool ends = is_eos(token) && (!request.params.ignore_eos || (request.guide && !request.guide->waits_for_think_end));
+    if (early_stop || ends || stop_token) {
       reason = FinishReason::kStop;  // the end token itself has no text
     } else {
       const TextStream::Update update = live.text->push(token);
@@ -381,6 +405,65 @@ RequestOutput Engine::emit_tokens(StepChunk& chunk, float* logits) {
     chunk.request = nullptr;
   }
   return output;
+}
+
+void Engine::start_masks(std::vector<StepChunk>& chunks) {
+  step_masks_.clear();
+  for (StepChunk& chunk : chunks) {
+    chunk.mask_job = -1;
+    const EngineRequest& request = *chunk.request;
+    if (chunk.first_logit < 0 || !request.guide || request.guide->waits_for_think_end) continue;
+    chunk.mask_job = static_cast<int>(step_masks_.size());
+    MaskJob job;
+    job.guide = request.guide.get();
+    job.drafts.assign(request.drafts.begin(), request.drafts.begin() + chunk.drafts);
+    step_masks_.push_back(std::move(job));
+  }
+  if (!step_masks_.empty()) guided_->start_masks(step_masks_);
+}
+
+std::optional<std::string> Engine::follow_constraint(EngineRequest& request, int32_t token) {
+  GuidedState& guide = *request.guide;
+  if (guide.waits_for_think_end) {
+    if (token == think_end_id_) guide.waits_for_think_end = false;
+    return std::nullopt;
+  }
+  if (is_eos(token)) return std::nullopt;  // allowed only where the grammar accepts
+  try {
+    guide.state = guided_->advance(*guide.grammar, guide.state, token);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  if (guide.state == structured::GrammarMatcher::kDead)
+    return str_cat("internal: token ", token, " was emitted against the request's output constraint");
+  return std::nullopt;
+}
+
+void Engine::constrain_drafts(EngineRequest& request) {
+  GuidedState& guide = *request.guide;
+  size_t keep = 0;
+  if (guide.waits_for_think_end) {
+    // Rows after </think> would need the constraint's masks, which are made only once
+    // the request has left its reasoning: stop the drafts before it.
+    while (keep < request.drafts.size() && request.drafts[keep] != think_end_id_) ++keep;
+  } else {
+    int32_t state = guide.state;
+    while (keep < request.drafts.size()) {
+      const int32_t draft = request.drafts[keep];
+      if (is_eos(draft)) {
+        keep += guided_->accepting(GuidedState{guide.grammar, state, false}) ? 1 : 0;
+        break;
+      }
+      try {
+        state = guided_->advance(*guide.grammar, state, draft);
+      } catch (const Error&) {
+        state = structured::GrammarMatcher::kDead;  // the request's next token meets the same limit and ends it
+      }
+      if (state == structured::GrammarMatcher::kDead) break;
+      ++keep;
+    }
+  }
+  request.drafts.resize(keep);
 }
 
 int Engine::draft_budget(EngineRequest& request) const {

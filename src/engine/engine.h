@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine_config.h"
+#include "engine/guided_decoding.h"
 #include "engine/kv_block_pool.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/multimodal_prompt.h"
@@ -37,6 +38,10 @@ struct GenerateRequest {
   uint64_t fairness_group = 0;
   // ERNIE-4.5-VL: the prompt's encoded images and videos (its placeholder runs in order).
   std::shared_ptr<const MultimodalPrompt> multimodal = nullptr;
+  // Structured output: the grammar the output must follow (null: free), from the first
+  // generated token, or (constrain_after_reasoning) from the first token after </think>.
+  std::shared_ptr<const structured::CompiledConstraint> constraint = nullptr;
+  bool constrain_after_reasoning = false;
 };
 
 struct EngineStats {
@@ -129,6 +134,7 @@ class Engine {
     int32_t first_logit = -1;          // its first logit row when it samples, else -1
     int64_t valid_rows = 0;            // rows whose keys and values stand after verification
     int draft_budget = 0;              // drafts to propose for its next step
+    int mask_job = -1;                 // its entry in step_masks_ when it samples under a constraint
   };
   struct MtpDraft {
     EngineRequest* request;
@@ -144,6 +150,12 @@ class Engine {
   void propose_drafts(std::vector<StepChunk>& chunks);
   // Drafts a request may get next step: 0 while it pauses after repeated misses.
   int draft_budget(EngineRequest& request) const;
+  // Structured output: drops the drafts a constrained request could never accept.
+  void constrain_drafts(EngineRequest& request);
+  // Starts the masks of the step's constrained sampling rows on the guided worker.
+  void start_masks(std::vector<StepChunk>& chunks);
+  // Moves a constrained request past `token`; returns why it must end, if it must.
+  std::optional<std::string> follow_constraint(EngineRequest& request, int32_t token);
   void draft_with_mtp(const std::vector<StepChunk>& chunks);
 
   LanguageModel& model_;
@@ -167,6 +179,8 @@ class Engine {
   std::vector<float> mtp_hidden_;
   std::vector<MtpDraft> mtp_drafting_;
   DraftPlanner planner_;
+  std::unique_ptr<GuidedDecoding> guided_;  // made for the first constrained request
+  std::vector<MaskJob> step_masks_;
 };
 
 }  // namespace ernie

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/guided_decoding.h"
 #include "engine/kv_block_pool.h"
 #include "engine/multimodal_prompt.h"
 #include "engine/request_output.h"
@@ -54,6 +55,9 @@ struct EngineRequest {
   int64_t accepted_draft_tokens = 0;
   int draft_misses = 0;  // verifications in a row that accepted nothing
   int draft_pause = 0;   // steps left without drafts
+
+  // Structured output: the request's constraint and its place in it; null when free.
+  std::unique_ptr<GuidedState> guide;
 
   std::unique_ptr<RequestSampler> sampler;
   std::chrono::steady_clock::time_point arrival;

@@ -761,10 +761,11 @@ void RequestSampler::accept(int32_t token) {
   ++num_generated_;
 }
 
-SampledToken RequestSampler::sample(std::span<float> logits) {
+SampledToken RequestSampler::sample(std::span<float> logits, const uint32_t* allowed) {
   if (logits.empty()) fail("cannot sample from an empty row of logits");
   Scratch& scratch = thread_scratch();
   if (params_.logprobs) scratch.raw_logits.assign(logits.begin(), logits.end());
+  if (allowed != nullptr) apply_token_mask(logits, allowed);
   apply_logit_processors(logits);
   SampledToken result;
   if (greedy_) {
@@ -799,6 +800,22 @@ SampledToken RequestSampler::sample(std::span<float> logits) {
     result.probability = static_cast<float>(scratch.weights[static_cast<size_t>(result.token)] / total);
   }
   return result;
+}
+
+void RequestSampler::apply_token_mask(std::span<float> logits, const uint32_t* allowed) {
+  // -inf, not the banned logit: no penalty can lift a disallowed token back, and a row
+  // whose only allowed token is banned (an end token before min_tokens) still has one.
+  const size_t words = (logits.size() + 31) / 32;
+  bool any = false;
+  for (size_t w = 0; w < words; ++w) {
+    const uint32_t bits = allowed[w];
+    any = any || bits != 0;
+    if (bits == ~0u && 32 * w + 32 <= logits.size()) continue;
+    const size_t end = std::min(logits.size(), 32 * w + 32);
+    for (size_t id = 32 * w; id < end; ++id)
+      if (((bits >> (id & 31)) & 1u) == 0) logits[id] = -std::numeric_limits<float>::infinity();
+  }
+  if (!any) fail("the output constraint allows no token here");
 }
 
 void RequestSampler::apply_logit_processors(std::span<float> logits) const {

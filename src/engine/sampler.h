@@ -87,7 +87,12 @@ class RequestSampler {
   // penalise or ban lies outside it. Allocates nothing once this thread has sampled a row
   // of this size (the vocabulary-sized scratch is per thread), except the returned
   // top_logprobs.
-  SampledToken sample(std::span<float> logits);
+  //
+  // allowed: null, or one bit per token (32 per word, bit id & 31 of word id / 32) set for
+  // the tokens an output constraint allows; the others are never drawn, and the draw is
+  // from the distribution above renormalised over the allowed tokens. Logprobs stay those
+  // of the raw row. At least one token must be allowed.
+  SampledToken sample(std::span<float> logits, const uint32_t* allowed = nullptr);
 
   // Records a token appended to the output (penalties and min_tokens count it). The engine
   // calls it for every generated token, including ones forced from outside.
@@ -104,6 +109,7 @@ class RequestSampler {
   };
 
   size_t note_seen(int32_t token);
+  static void apply_token_mask(std::span<float> logits, const uint32_t* allowed);
   void apply_logit_processors(std::span<float> logits) const;
   void apply_penalties(std::span<float> logits) const;
 

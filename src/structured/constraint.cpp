@@ -42,4 +42,8 @@ Grammar compile_constraint(const ConstraintSpec& spec) {
   fail("unknown constraint kind");
 }
 
+std::shared_ptr<const CompiledConstraint> compile(const ConstraintSpec& spec) {
+  return std::make_shared<const CompiledConstraint>(CompiledConstraint{spec.key(), compile_constraint(spec)});
+}
+
 }  // namespace ernie::structured

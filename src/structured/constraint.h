@@ -3,6 +3,7 @@
 // and the grammar it compiles to.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,13 @@ struct ConstraintSpec {
 
 // Throws ernie::Error saying what is wrong with the constraint (a 400 for the client).
 Grammar compile_constraint(const ConstraintSpec& spec);
+
+// A constraint ready for the engine: its grammar and the key that identifies it.
+struct CompiledConstraint {
+  std::string key;
+  Grammar grammar;
+};
+std::shared_ptr<const CompiledConstraint> compile(const ConstraintSpec& spec);
 
 // guided_choice: exactly one of the strings (at least one, none empty).
 Grammar compile_choices(const std::vector<std::string>& choices);

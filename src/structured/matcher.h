@@ -59,6 +59,9 @@ class GrammarMatcher {
   size_t state_count() const { return states_.size(); }
   // A cache the token mask keeps per state id (empty until filled).
   std::vector<uint32_t>& mask_cache(int32_t id) { return masks_[id]; }
+  size_t cached_masks() const { return masks_.size(); }
+  // Forgets every cached mask (each is a bit per vocabulary token), to bound memory.
+  void drop_masks() { masks_.clear(); }
 
  private:
   struct Frame {

@@ -46,18 +46,30 @@ TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes, std::vector<in
 }
 
 void TokenTrie::allowed(GrammarMatcher& matcher, const MatchState& state, std::vector<uint32_t>& mask) const {
-  const int32_t start = matcher.intern(state);
-  // A state's mask never changes: compute it once per state (inside a JSON string every
-  // character returns to the same state).
-  std::vector<uint32_t>& cached = matcher.mask_cache(start);
-  if (!cached.empty()) {
-    mask = cached;
+  const int32_t id = matcher.intern(state);
+  if (id == GrammarMatcher::kDead) {
+    mask.assign((vocab_size_ + 31) / 32, 0u);
     return;
   }
+  mask = this->mask(matcher, id);
+}
+
+const std::vector<uint32_t>& TokenTrie::mask(GrammarMatcher& matcher, int32_t start,
+                                             std::span<const LiteralToken> literal_tokens) const {
+  // A state's mask never changes: compute it once per state (inside a JSON string every
+  // character returns to the same state).
+  std::vector<uint32_t>& mask = matcher.mask_cache(start);
+  if (!mask.empty()) return mask;
   mask.assign((vocab_size_ + 31) / 32, 0u);
   const auto allow = [&](int32_t id) { mask[static_cast<size_t>(id) >> 5] |= 1u << (id & 31); };
-  if (state.accepting)
+  if (matcher.state(start).accepting)
     for (int32_t id : end_tokens_) allow(id);
+  for (const LiteralToken& literal : literal_tokens) {
+    int32_t state = start;
+    for (size_t i = 0; i < literal.text.size() && state != GrammarMatcher::kDead; ++i)
+      state = matcher.step_id(state, static_cast<uint8_t>(literal.text[i]));
+    if (state != GrammarMatcher::kDead && static_cast<size_t>(literal.id) < vocab_size_) allow(literal.id);
+  }
   std::vector<std::pair<uint32_t, int32_t>> stack = {{0u, start}};
   while (!stack.empty()) {
     const auto [node, current] = stack.back();
@@ -71,14 +83,19 @@ void TokenTrie::allowed(GrammarMatcher& matcher, const MatchState& state, std::v
       if (child.child_count > 0) stack.emplace_back(c, next);
     }
   }
-  matcher.mask_cache(start) = mask;
+  return mask;
+}
+
+std::vector<std::string> vocabulary_bytes(const Tokenizer& tokenizer, int64_t vocab_size) {
+  std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
+  const int64_t known = std::min<int64_t>(vocab_size, tokenizer.vocab_size());
+  for (int64_t id = 0; id < known; ++id)
+    bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(static_cast<int32_t>(id), /*skip_special=*/true);
+  return bytes;
 }
 
 TokenTrie vocabulary_trie(const Tokenizer& tokenizer, int64_t vocab_size, std::vector<int32_t> end_tokens) {
-  std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
-  for (int64_t id = 0; id < vocab_size; ++id)
-    bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(static_cast<int32_t>(id), /*skip_special=*/true);
-  return TokenTrie(bytes, std::move(end_tokens));
+  return TokenTrie(vocabulary_bytes(tokenizer, vocab_size), std::move(end_tokens));
 }
 
 }  // namespace ernie::structured

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,12 @@
 #include "text/tokenizer.h"
 
 namespace ernie::structured {
+
+// A token judged by its text rather than through the trie.
+struct LiteralToken {
+  int32_t id = 0;
+  std::string text;
+};
 
 class TokenTrie {
  public:
@@ -25,6 +32,12 @@ class TokenTrie {
   // Sets bit id of `mask` (one bit per token, 32 per word) for every allowed token and
   // clears the others.
   void allowed(GrammarMatcher& matcher, const MatchState& state, std::vector<uint32_t>& mask) const;
+  // The mask of interned state `state` (not kDead), computed once per state and kept by
+  // the matcher (valid until its masks are dropped). `literal_tokens` are tokens outside
+  // the trie (special tokens whose text stays in the output) allowed when the grammar
+  // takes their text; a matcher must always be asked with the same list.
+  const std::vector<uint32_t>& mask(GrammarMatcher& matcher, int32_t state,
+                                    std::span<const LiteralToken> literal_tokens = {}) const;
 
  private:
   struct Node {
@@ -42,5 +55,8 @@ class TokenTrie {
 // (special tokens are never allowed by a constraint), `vocab_size` ids (the model's,
 // which may exceed the tokenizer's), `end_tokens` allowed when the grammar accepts.
 TokenTrie vocabulary_trie(const Tokenizer& tokenizer, int64_t vocab_size, std::vector<int32_t> end_tokens);
+// The bytes of every token id below `vocab_size` as vocabulary_trie sees them (empty for
+// special tokens and ids past the tokenizer's).
+std::vector<std::string> vocabulary_bytes(const Tokenizer& tokenizer, int64_t vocab_size);
 
 }  // namespace ernie::structured

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "support/test_support.h"
 #include "util/error.h"
 #include "util/random.h"
 
@@ -181,12 +182,14 @@ RequestSampler make_sampler(const SamplingParams& params, SamplingClass sampling
 
 // Samples `draws` times from fresh copies of `logits` (sample() writes into its row),
 // without accepting the tokens, so the state stays as it is; returns the count per token.
-std::vector<int64_t> draw_counts(RequestSampler& sampler, const std::vector<float>& logits, int64_t draws) {
+// `allowed`: an output constraint's token mask (one bit per token), or null.
+std::vector<int64_t> draw_counts(RequestSampler& sampler, const std::vector<float>& logits, int64_t draws,
+                                 const uint32_t* allowed = nullptr) {
   std::vector<int64_t> counts(logits.size(), 0);
   std::vector<float> row(logits.size());
   for (int64_t i = 0; i < draws; ++i) {
     std::copy(logits.begin(), logits.end(), row.begin());
-    ++counts[static_cast<size_t>(sampler.sample(row).token)];
+    ++counts[static_cast<size_t>(sampler.sample(row, allowed).token)];
   }
   return counts;
 }
@@ -667,6 +670,85 @@ TEST(DistributionTest, BothClassesMatchTheReferenceOnARealisticRow) {
   RequestSampler sampler = make_sampler(top_k_top_p(50, 0.9f), SamplingClass::kRejection, 62);
   EXPECT_TRUE(goodness_of_fit(draw_counts(sampler, row, 10000), reference_distribution(row, top_k_top_p(50, 1.0f)))
                   .rejects());
+}
+
+// ---------------------------------------------------------------------------------------
+// Output constraints: a token mask keeps only the allowed tokens.
+
+std::vector<double> log_softmax(const std::vector<float>& logits);  // below, with the logprobs tests
+
+// Every third of the 300 most likely tokens and every 97th token overall.
+std::vector<uint32_t> sparse_mask(const std::vector<float>& row) {
+  std::vector<uint32_t> mask((row.size() + 31) / 32, 0u);
+  const auto allow = [&](size_t id) { mask[id / 32] |= 1u << (id % 32); };
+  const std::vector<size_t> order = most_likely_first(row);
+  for (size_t rank = 0; rank < 300; rank += 3) allow(order[rank]);
+  for (size_t id = 0; id < row.size(); id += 97) allow(id);
+  return mask;
+}
+
+bool mask_allows(const std::vector<uint32_t>& mask, size_t id) { return (mask[id / 32] >> (id % 32)) & 1u; }
+
+TEST(TokenMaskTest, DrawsAreTheUnmaskedDistributionRenormalisedOverTheAllowedTokens) {
+  const std::vector<float>& row = realistic_row();
+  const std::vector<uint32_t> mask = sparse_mask(row);
+  // Without truncation: p(t | allowed) = p(t) / P(allowed), from the unmasked softmax.
+  SamplingParams plain;
+  const std::vector<double> unmasked = softmax(row, plain.temperature);
+  std::vector<double> expected(row.size(), 0.0);
+  double allowed_mass = 0.0;
+  for (size_t id = 0; id < row.size(); ++id)
+    if (mask_allows(mask, id)) allowed_mass += unmasked[id];
+  for (size_t id = 0; id < row.size(); ++id)
+    if (mask_allows(mask, id)) expected[id] = unmasked[id] / allowed_mass;
+  // With truncation, top_k and top_p apply to what the mask leaves, as with FastDeploy's
+  // bitmask applied to the logits before the sampler.
+  std::vector<float> masked_row = row;
+  for (size_t id = 0; id < row.size(); ++id)
+    if (!mask_allows(mask, id)) masked_row[id] = -std::numeric_limits<float>::infinity();
+  for (SamplingClass sampling_class : kBothClasses) {
+    SCOPED_TRACE(class_name(sampling_class));
+    RequestSampler sampler = make_sampler(plain, sampling_class, 71);
+    const ChiSquare fit = goodness_of_fit(draw_counts(sampler, row, 10000, mask.data()), expected);
+    EXPECT_FALSE(fit.rejects()) << fit;
+    RequestSampler truncated = make_sampler(top_k_top_p(20, 0.8f), sampling_class, 72);
+    const ChiSquare truncated_fit = goodness_of_fit(draw_counts(truncated, row, 10000, mask.data()),
+                                                    reference_distribution(masked_row, top_k_top_p(20, 0.8f)));
+    EXPECT_FALSE(truncated_fit.rejects()) << truncated_fit;
+  }
+  // Negative control: the unmasked distribution is told apart.
+  RequestSampler sampler = make_sampler(plain, SamplingClass::kBase, 73);
+  EXPECT_TRUE(goodness_of_fit(draw_counts(sampler, row, 10000, mask.data()), unmasked).rejects());
+}
+
+TEST(TokenMaskTest, GreedyTakesTheBestAllowedTokenAndLogprobsStayRaw) {
+  const std::vector<float>& row = realistic_row();
+  const std::vector<uint32_t> mask = sparse_mask(row);
+  size_t best = row.size();
+  for (size_t id = 0; id < row.size(); ++id)
+    if (mask_allows(mask, id) && (best == row.size() || row[id] > row[best])) best = id;
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.logprobs = 1;
+  for (SamplingClass sampling_class : kBothClasses) {
+    RequestSampler sampler = make_sampler(params, sampling_class);
+    std::vector<float> copy = row;
+    const SampledToken sampled = sampler.sample(copy, mask.data());
+    EXPECT_EQ(sampled.token, static_cast<int32_t>(best));
+    // The raw row's log-softmax: the constraint changes the draw, not what the model said.
+    EXPECT_NEAR(sampled.logprob, log_softmax(row)[best], 1e-4);
+    EXPECT_EQ(sampled.top_logprobs.at(0).token, static_cast<int32_t>(most_likely_first(row)[0]));
+  }
+  // Only an end token allowed, and min_tokens banning it: the constraint wins.
+  params.min_tokens = 5;
+  RequestSampler banned = make_sampler(params, SamplingClass::kBase, 1, {}, {7});
+  std::vector<uint32_t> only_end(mask.size(), 0u);
+  only_end[0] = 1u << 7;
+  std::vector<float> copy = row;
+  EXPECT_EQ(banned.sample(copy, only_end.data()).token, 7);
+  std::vector<uint32_t> nothing(mask.size(), 0u);
+  copy = row;
+  EXPECT_THAT(testing::error_message([&] { banned.sample(copy, nothing.data()); }), HasSubstr("allows no token"));
 }
 
 // ---------------------------------------------------------------------------------------

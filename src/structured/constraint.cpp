@@ -5,6 +5,7 @@
 #include "structured/ebnf.h"
 #include "structured/json_schema.h"
 #include "structured/regex.h"
+#include "structured/structural_tag.h"
 #include "util/error.h"
 
 namespace ernie::structured {
@@ -38,6 +39,22 @@ Grammar compile_constraint(const ConstraintSpec& spec) {
     case ConstraintSpec::Kind::kRegex: return compile_regex(spec.text);
     case ConstraintSpec::Kind::kChoice: return compile_choices(spec.choices);
     case ConstraintSpec::Kind::kGrammar: return parse_ebnf(spec.text);
+    case ConstraintSpec::Kind::kStructuralTag:
+    case ConstraintSpec::Kind::kToolCalls: {
+      const nlohmann::ordered_json tag = nlohmann::ordered_json::parse(spec.text, nullptr, false);
+      if (tag.is_discarded()) fail("structural_tag is not valid JSON");
+      std::vector<TaggedStructure> structures;
+      std::vector<std::string> triggers;
+      if (spec.kind == ConstraintSpec::Kind::kStructuralTag) {
+        parse_structural_tag(tag, structures, triggers);
+        return compile_structural_tag(structures, triggers, json_options);
+      }
+      for (const auto& structure : tag.at("structures"))
+        structures.push_back({structure.at("begin").get<std::string>(), structure.at("schema"),
+                              structure.at("end").get<std::string>()});
+      return compile_structure_sequence(structures, tag.value("separator", "\n"), tag.at("min").get<int>(),
+                                        tag.at("max").get<int>(), json_options);
+    }
   }
   fail("unknown constraint kind");
 }

@@ -12,9 +12,12 @@
 namespace ernie::structured {
 
 struct ConstraintSpec {
-  enum class Kind { kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar };
+  // kStructuralTag: text is {"structures": [...], "triggers": [...]} (structural_tag.h).
+  // kToolCalls: text is {"structures": [...], "min": m, "max": n (-1: no bound)}, each
+  // structure a call in the tool-call format; the server builds it for tool_choice.
+  enum class Kind { kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar, kStructuralTag, kToolCalls };
   Kind kind = Kind::kJsonObject;
-  std::string text = {};                  // the schema (JSON text), the regex or the EBNF
+  std::string text = {};                  // the schema (JSON text), the regex, the EBNF or the tag
   std::vector<std::string> choices = {};  // kChoice
   bool any_whitespace = true;        // JSON kinds: see JsonGrammarOptions
 

@@ -102,12 +102,36 @@ void Grammar::check() const {
 }
 
 int32_t GrammarBuilder::add_rule(std::string name) {
+  count_elements(1);
   grammar_.rules.push_back({std::move(name), {}});
   return static_cast<int32_t>(grammar_.rules.size()) - 1;
 }
 
 void GrammarBuilder::add_alternative(int32_t rule, Sequence sequence) {
+  count_elements(sequence.size() + 1);
   grammar_.rules.at(static_cast<size_t>(rule)).alternatives.push_back(std::move(sequence));
+}
+
+int32_t GrammarBuilder::add_grammar(const Grammar& grammar) {
+  const auto offset = static_cast<int32_t>(grammar_.rules.size());
+  for (const Rule& rule : grammar.rules) add_rule(rule.name);
+  for (size_t r = 0; r < grammar.rules.size(); ++r) {
+    for (Sequence sequence : grammar.rules[r].alternatives) {
+      for (Element& element : sequence)
+        if (element.kind == Element::Kind::kRule) element.rule += offset;
+      add_alternative(offset + static_cast<int32_t>(r), std::move(sequence));
+    }
+  }
+  return offset + grammar.root;
+}
+
+void GrammarBuilder::count_elements(size_t more) {
+  // Repetition counts multiply: a few {1000} bounds in a small request could otherwise
+  // build a grammar of billions of elements.
+  elements_ += more;
+  if (elements_ > kMaxGrammarElements)
+    fail("the constraint compiles to a grammar of more than ", kMaxGrammarElements,
+         " elements; use smaller repetition counts or lengths");
 }
 
 Sequence GrammarBuilder::literal(std::string_view text) {

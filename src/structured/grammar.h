@@ -79,11 +79,21 @@ class GrammarBuilder {
   int32_t optional(const Element& element, const std::string& name);
   int32_t repeat(const Element& element, int min, int max, const std::string& name);
 
+  // Copies every rule of `grammar` in (renumbered); returns the id of its root here.
+  int32_t add_grammar(const Grammar& grammar);
+
   // The finished grammar (checked) with `root` as its start rule.
   Grammar build(int32_t root);
 
+  // Rules plus alternatives plus elements a grammar may have; adding more throws
+  // ernie::Error (a 400 for the client).
+  static constexpr size_t kMaxGrammarElements = size_t{1} << 21;
+
  private:
+  void count_elements(size_t more);
+
   Grammar grammar_;
+  size_t elements_ = 0;
 };
 
 }  // namespace ernie::structured

@@ -271,9 +271,12 @@ class SchemaWriter {
       for (const auto& member : members) declared = declared || member.first == key;
       if (!declared) refuse(pointer, "required property \"" + key + "\" is not among the properties");
     }
-    // Extra members after the declared ones: none unless additionalProperties allows.
+    // Extra members after the declared ones: none unless additionalProperties allows, or
+    // the schema declares no member at all ({"type": "object"} is any object).
     std::string extra;
-    if (schema.contains("additionalProperties")) {
+    if (!schema.contains("properties") && !schema.contains("additionalProperties")) {
+      extra = "json-string colon " + rule_for(json(true), pointer);
+    } else if (schema.contains("additionalProperties")) {
       const json& additional = schema.at("additionalProperties");
       if (!(additional.is_boolean() && !additional.get<bool>()))
         extra = "json-string colon " + rule_for(additional, pointer + "/additionalProperties");

@@ -5,8 +5,9 @@
 // Members are generated in the order the schema declares its properties (hence
 // ordered_json). Supported: type (one or a list), properties / required /
 // additionalProperties (false
-// when absent, as OpenAI's strict mode and xgrammar do; true or a schema allow more
-// members after the declared ones), items, prefixItems, minItems / maxItems, enum,
+// when absent, as OpenAI's strict mode and xgrammar do, except that an object schema
+// declaring no properties at all is any object; true or a schema allow more members
+// after the declared ones), items, prefixItems, minItems / maxItems, enum,
 // const, anyOf and oneOf (oneOf's exclusivity is not enforced: the output matches at
 // least one branch), $ref to #/$defs/... and #/definitions/... (recursion included),
 // minLength / maxLength, pattern (structured/regex.h; searched, as JSON Schema does,

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string_view>
 
+#include "serving/ordered_json_parse.h"
+
 namespace ernie {
 namespace {
 
@@ -40,7 +42,10 @@ ordered_json to_ordered(const json& value) {
   }
 }
 
-bool present(const json& body, const char* key) { return body.contains(key) && !body.at(key).is_null(); }
+template <typename Json>
+bool present(const Json& body, const char* key) {
+  return body.contains(key) && !body.at(key).is_null();
+}
 
 float number_field(const json& body, const char* key, float fallback) {
   if (!present(body, key)) return fallback;
@@ -158,7 +163,7 @@ void check_history_tool_calls(const json& message) {
   }
 }
 
-void parse_tools(const json& body, OpenAiRequest& request) {
+void validate_tools(const json& body) {
   if (present(body, "tools")) {
     const json& tools = body.at("tools");
     if (!tools.is_array()) invalid_field("tools", "\"tools\" must be a list");
@@ -170,18 +175,44 @@ void parse_tools(const json& body, OpenAiRequest& request) {
         invalid_field("tools", "every tool must be {\"type\": \"function\", \"function\": {\"name\": ..., "
                                "\"parameters\": ...}}, got " + tool.dump());
     }
-    if (!tools.empty()) request.tools = to_ordered(tools);
   }
+}
+
+// Reads the tools again in the client's order, and tool_choice: "auto" (the default),
+// "none" (tools shown, calls stay text), "required" (at least one call) or
+// {"type": "function", "function": {"name": N}} (one call of N).
+void parse_tool_choice(const ordered_json& body, OpenAiRequest& request) {
+  if (present(body, "tools") && !body.at("tools").empty()) request.tools = body.at("tools");
   if (!present(body, "tool_choice")) return;
-  const json& choice = body.at("tool_choice");
+  const ordered_json& choice = body.at("tool_choice");
   if (choice == "none") {
     request.tool_choice_none = true;
-  } else if (choice != "auto") {
-    // "required" and a named function need decoding constrained to a call, which this
-    // server does not do; saying so beats answering with a call that was never forced.
-    invalid_field("tool_choice", "\"tool_choice\" must be \"auto\" or \"none\"; " + choice.dump() +
-                                     " would need constrained decoding, which ernie.cpp does not have");
+    return;
   }
+  if (choice == "auto") return;
+  if (choice == "required") {
+    request.tool_choice_required = true;
+  } else if (choice.is_object() && choice.value("type", "") == "function" && choice.contains("function") &&
+             choice.at("function").is_object() && choice.at("function").contains("name") &&
+             choice.at("function").at("name").is_string()) {
+    request.tool_choice_required = true;
+    request.tool_choice_function = choice.at("function").at("name").get<std::string>();
+  } else {
+    invalid_field("tool_choice", "\"tool_choice\" must be \"auto\", \"none\", \"required\" or "
+                                 "{\"type\": \"function\", \"function\": {\"name\": ...}}, got " + choice.dump());
+  }
+  if (request.tools.is_null())
+    invalid_field("tool_choice", "\"tool_choice\" " + choice.dump() + " needs \"tools\" to choose from");
+  if (!request.tool_choice_function.empty()) {
+    bool known = false;
+    for (const ordered_json& tool : request.tools) known = known || tool.at("function").at("name") == request.tool_choice_function;
+    if (!known)
+      invalid_field("tool_choice", "tool_choice names the function \"" + request.tool_choice_function +
+                                       "\", which is not among the tools");
+  }
+  if (request.constraint)
+    invalid_field("tool_choice", "tool_choice " + choice.dump() + " forces tool calls and cannot be combined with \"" +
+                                     request.constraint_field + "\"");
 }
 
 void parse_messages(const json& body, OpenAiRequest& request) {
@@ -204,7 +235,7 @@ void parse_messages(const json& body, OpenAiRequest& request) {
       invalid_field("messages", "a \"tool\" message needs \"content\": the tool's result");
   }
   request.messages = to_ordered(messages);
-  parse_tools(body, request);
+  validate_tools(body);
   if (present(body, "chat_template_kwargs")) {
     if (!body.at("chat_template_kwargs").is_object())
       invalid_field("chat_template_kwargs", "\"chat_template_kwargs\" must be an object");
@@ -330,22 +361,92 @@ void parse_request_id(const json& value, OpenAiRequest& request) {
   request.request_id = id;
 }
 
-// Fields that constrain what the model may write. Answering without the constraint
-// would return text the client believes was forced into shape, so they are refused
-// until structured output exists.
-void refuse_constrained_decoding(const json& body) {
-  static constexpr const char* kConstraintFields[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                                                      "guided_json_object", "structural_tag"};
-  for (const char* field : kConstraintFields)
-    if (present(body, field))
-      invalid_field(field, std::string("\"") + field + "\" is not supported yet: ernie.cpp has no constrained decoding");
-  if (present(body, "response_format")) {
-    const json& format = body.at("response_format");
-    const bool plain_text = format.is_object() && format.contains("type") && format.at("type") == "text";
-    if (!plain_text)
-      invalid_field("response_format", "\"response_format\" other than {\"type\": \"text\"} is not supported yet: "
-                                       "ernie.cpp has no constrained decoding");
+const char* const kGuidedFields[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                                     "guided_json_object", "structural_tag"};
+
+// A JSON value given as an object or as its text: the text, checked to be JSON.
+std::string json_text_field(const ordered_json& body, const char* field) {
+  const ordered_json& value = body.at(field);
+  if (value.is_string()) {
+    if (!json::accept(value.get<std::string>()))
+      invalid_field(field, std::string("\"") + field + "\" is a string that is not valid JSON");
+    return value.get<std::string>();
   }
+  if (!value.is_object()) invalid_field(field, std::string("\"") + field + "\" must be a JSON object or its text");
+  return value.dump();
+}
+
+std::string string_member(const ordered_json& body, const char* field) {
+  if (!body.at(field).is_string()) invalid_field(field, std::string("\"") + field + "\" must be a string");
+  return body.at(field).get<std::string>();
+}
+
+using structured::ConstraintSpec;
+
+std::optional<ConstraintSpec> response_format_constraint(const ordered_json& format) {
+  if (!format.is_object() || !format.contains("type") || !format.at("type").is_string())
+    invalid_field("response_format", "\"response_format\" must be an object with a \"type\": text, json_object, "
+                                     "json_schema or structural_tag");
+  const std::string type = format.at("type").get<std::string>();
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") return ConstraintSpec{.kind = ConstraintSpec::Kind::kJsonObject};
+  if (type == "structural_tag") return ConstraintSpec{.kind = ConstraintSpec::Kind::kStructuralTag, .text = format.dump()};
+  if (type != "json_schema")
+    invalid_field("response_format", "response_format type \"" + type +
+                                         "\" is not one of text, json_object, json_schema, structural_tag");
+  if (!format.contains("json_schema") || !format.at("json_schema").is_object())
+    invalid_field("response_format", "response_format json_schema needs an object \"json_schema\" with a \"schema\"");
+  const ordered_json& json_schema = format.at("json_schema");
+  // OpenAI's "strict" asks the output to follow the schema exactly, which is what every
+  // constraint here does; without a schema any JSON object is accepted.
+  if (json_schema.contains("strict") && !json_schema.at("strict").is_boolean())
+    invalid_field("response_format", "response_format json_schema.strict must be true or false");
+  if (!json_schema.contains("schema") || json_schema.at("schema").is_null())
+    return ConstraintSpec{.kind = ConstraintSpec::Kind::kJsonObject};
+  if (!json_schema.at("schema").is_object() && !json_schema.at("schema").is_boolean())
+    invalid_field("response_format", "response_format json_schema.schema must be a JSON Schema object");
+  return ConstraintSpec{.kind = ConstraintSpec::Kind::kJsonSchema, .text = json_schema.at("schema").dump()};
+}
+
+// response_format, the guided_* fields and structural_tag: at most one may constrain the
+// output, as FastDeploy allows.
+void parse_constraint(const ordered_json& body, OpenAiRequest& request) {
+  std::vector<std::string> given;
+  const auto take = [&](const char* field, ConstraintSpec spec) {
+    given.push_back(field);
+    request.constraint = std::move(spec);
+    request.constraint_field = field;
+  };
+  if (present(body, "response_format"))
+    if (auto spec = response_format_constraint(body.at("response_format"))) take("response_format", std::move(*spec));
+  if (present(body, "guided_json"))
+    take("guided_json", {.kind = ConstraintSpec::Kind::kJsonSchema, .text = json_text_field(body, "guided_json")});
+  if (present(body, "guided_regex"))
+    take("guided_regex", {.kind = ConstraintSpec::Kind::kRegex, .text = string_member(body, "guided_regex")});
+  if (present(body, "guided_grammar"))
+    take("guided_grammar", {.kind = ConstraintSpec::Kind::kGrammar, .text = string_member(body, "guided_grammar")});
+  if (present(body, "structural_tag"))
+    take("structural_tag", {.kind = ConstraintSpec::Kind::kStructuralTag, .text = json_text_field(body, "structural_tag")});
+  if (present(body, "guided_choice")) {
+    const ordered_json& choices = body.at("guided_choice");
+    ConstraintSpec spec{.kind = ConstraintSpec::Kind::kChoice};
+    if (!choices.is_array() || choices.empty())
+      invalid_field("guided_choice", "\"guided_choice\" must be a non-empty list of strings");
+    for (const ordered_json& choice : choices) {
+      if (!choice.is_string()) invalid_field("guided_choice", "\"guided_choice\" must list strings, got " + choice.dump());
+      spec.choices.push_back(choice.get<std::string>());
+    }
+    take("guided_choice", std::move(spec));
+  }
+  if (present(body, "guided_json_object")) {
+    if (!body.at("guided_json_object").is_boolean())
+      invalid_field("guided_json_object", "\"guided_json_object\" must be true or false");
+    if (body.at("guided_json_object").get<bool>())
+      take("guided_json_object", {.kind = ConstraintSpec::Kind::kJsonObject});
+  }
+  if (given.size() > 1)
+    invalid_field(given[1], "only one kind of guided decoding may be used, but the request has both \"" + given[0] +
+                                "\" and \"" + given[1] + "\"");
 }
 
 }  // namespace
@@ -404,7 +505,6 @@ OpenAiRequest parse_openai_request(ApiKind kind, const std::string& body_text, c
     request.model = body.at("model").get<std::string>();
   }
   if (present(body, "request_id")) parse_request_id(body.at("request_id"), request);
-  refuse_constrained_decoding(body);
   request.stream = bool_field(body, "stream", false);
   if (present(body, "stream_options")) {
     const json& options = body.at("stream_options");
@@ -427,6 +527,17 @@ OpenAiRequest parse_openai_request(ApiKind kind, const std::string& body_text, c
   }
   parse_sampling(body, defaults, request);
   parse_logprobs(body, request);
+  // Where the order of members means something (a schema's properties are generated in
+  // the order declared; tools are rendered into the prompt as written), it is read from
+  // the text again, in order.
+  const bool ordered_needed = present(body, "response_format") || present(body, "tools") || present(body, "tool_choice") ||
+                              std::any_of(std::begin(kGuidedFields), std::end(kGuidedFields),
+                                          [&](const char* field) { return present(body, field); });
+  if (ordered_needed) {
+    const ordered_json ordered = parse_ordered_json(body_text);
+    parse_constraint(ordered, request);
+    if (kind == ApiKind::kChat) parse_tool_choice(ordered, request);
+  }
   return request;
 }
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sampling_params.h"
+#include "structured/constraint.h"
 
 namespace ernie {
 
@@ -76,9 +77,17 @@ struct OpenAiRequest {
   ordered_json messages;
   ordered_json tools;      // null, or a list of {"type": "function", "function": {"name", ...}}
   bool tool_choice_none = false;  // "tool_choice": "none": tools are shown to the model, calls stay text
+  // "tool_choice": "required" or a named function: the answer must be tool calls (of
+  // that function only, and one, when named).
+  bool tool_choice_required = false;
+  std::string tool_choice_function;
   ordered_json chat_template_kwargs = ordered_json::object();
   std::string chat_template;  // per-request override
   bool disable_chat_template = false;
+  // Structured output (response_format, guided_*, structural_tag): what the output must
+  // follow, and the field that said so (for errors). The server sets any_whitespace.
+  std::optional<structured::ConstraintSpec> constraint;
+  std::string constraint_field;
   // Chat: skip templating and tokenizing; one choice per list.
   std::optional<std::vector<std::vector<int32_t>>> prompt_token_ids;
 };

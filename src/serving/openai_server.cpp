@@ -150,6 +150,8 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
         arrival_(arrival),
         created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
 
+  // The output constraint every choice follows (null: none).
+  std::shared_ptr<const structured::CompiledConstraint> constraint;
   std::vector<Choice>& choices() { return choices_; }
   const std::string& id() const { return id_; }
   const std::string& client_request_id() const { return request_.request_id; }
@@ -246,6 +248,8 @@ class ResponseAssembler : public std::enable_shared_from_this<ResponseAssembler>
       engine_request.params.seed = (*engine_request.params.seed + choice.seed_offset) % (kMaxSeed + 1);
     engine_request.fairness_group = fairness_group_;
     if (choice.parser) engine_request.visible_special_tokens = service_.markers_.all_ids();
+    engine_request.constraint = constraint;
+    engine_request.constrain_after_reasoning = choice.starts_in_reasoning;
     try {
       if (!service_.submit_unless_paused(std::move(engine_request), [self = shared_from_this(), i](RequestOutput output) {
             self->on_output(i, std::move(output));
@@ -1007,6 +1011,46 @@ void OpenAiService::handle_generation(ApiKind kind, const HttpRequest& http, std
   });
 }
 
+std::shared_ptr<const structured::CompiledConstraint> OpenAiService::compile_output_constraint(
+    const OpenAiRequest& request) const {
+  if (!request.constraint && !request.tool_choice_required) return nullptr;
+  const std::string field = request.constraint ? request.constraint_field : "tool_choice";
+  if (!config_.guided_decoding)
+    invalid_field(field, "\"" + field + "\" needs structured output, which this server runs without "
+                         "(--guided-decoding-backend off); start it with --guided-decoding-backend auto");
+  structured::ConstraintSpec spec;
+  if (request.constraint) {
+    spec = *request.constraint;
+  } else {
+    if (config_.tool_call_parser == ToolCallParser::kNone)
+      invalid_field("tool_choice", "tool_choice \"required\" or a named function needs --tool-call-parser ernie_x1, "
+                                   "which defines the format of a tool call");
+    // ernie_x1's format: <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>.
+    ordered_json calls = {{"min", 1}, {"max", request.tool_choice_function.empty() ? -1 : 1}, {"structures", ordered_json::array()}};
+    for (const ordered_json& tool : request.tools) {
+      const ordered_json& function = tool.at("function");
+      const std::string name = function.at("name").get<std::string>();
+      if (!request.tool_choice_function.empty() && name != request.tool_choice_function) continue;
+      ordered_json parameters = function.contains("parameters") && !function.at("parameters").is_null()
+                                    ? function.at("parameters")
+                                    : ordered_json{{"type", "object"}};
+      ordered_json call_schema = {{"type", "object"},
+                                  {"properties", {{"name", {{"const", name}}}, {"arguments", std::move(parameters)}}},
+                                  {"required", {"name", "arguments"}}};
+      calls["structures"].push_back({{"begin", std::string(kToolCallStart) + "\n"},
+                                     {"schema", std::move(call_schema)},
+                                     {"end", "\n" + std::string(kToolCallEnd)}});
+    }
+    spec = {.kind = structured::ConstraintSpec::Kind::kToolCalls, .text = calls.dump()};
+  }
+  spec.any_whitespace = config_.guided_any_whitespace;
+  try {
+    return structured::compile(spec);
+  } catch (const Error& error) {
+    invalid_field(field, "\"" + field + "\" cannot be followed: " + error.what());
+  }
+}
+
 void OpenAiService::generate(ApiKind kind, OpenAiRequest request, const std::shared_ptr<HttpResponder>& responder,
                              Clock::time_point arrival) {
   std::string rendered;
@@ -1030,7 +1074,9 @@ void OpenAiService::generate(ApiKind kind, OpenAiRequest request, const std::sha
   const std::string id = request.request_id.empty()                  ? prefix + random_hex(16)
                          : request.request_id.rfind(prefix, 0) == 0 ? request.request_id
                                                                      : prefix + request.request_id;
+  const auto constraint = compile_output_constraint(request);
   auto assembler = std::make_shared<ResponseAssembler>(shared_from_this(), request, id, config_.model_name, responder, arrival);
+  assembler->constraint = constraint;
   const std::string engine_id = random_hex(16);
   const size_t n = static_cast<size_t>(request.n);
   if (prompts.size() * n > kMaxPromptsPerRequest)

@@ -85,6 +85,9 @@ class OpenAiService : public std::enable_shared_from_this<OpenAiService> {
   std::vector<std::vector<int32_t>> prompts_for(const OpenAiRequest& request, std::string& rendered_prompt,
                                                 std::shared_ptr<const MultimodalPrompt>& multimodal) const;
   void finalize_params(OpenAiRequest& request, size_t prompt_length) const;
+  // The request's output constraint (response_format, guided_*, structural_tag, forced
+  // tool calls) compiled; null when it has none. Throws ApiException (400) naming the field.
+  std::shared_ptr<const structured::CompiledConstraint> compile_output_constraint(const OpenAiRequest& request) const;
   // A logprob count (-1: the vocabulary) within --max-logprobs, or a 400 naming `field`.
   int settle_logprob_count(const char* field, int count) const;
   bool authorized(const HttpRequest& request) const;

@@ -89,7 +89,12 @@ std::vector<FlagInfo> serve_flags() {
            "{\"image\": 16, \"video\": 2}"),
       flag("mm-processor-kwargs", "JSON",
            "image/video preprocessing: image_min_pixels, image_max_pixels, video_min_pixels, video_max_pixels"),
-      later("guided-decoding-backend", "NAME", "structured output arrives later"),
+      flag("guided-decoding-backend", "NAME",
+           "structured output (response_format, guided_*, structural_tag, forced tool calls): auto = ernie.cpp's own "
+           "grammar engine; xgrammar and guidance are accepted as its aliases; off refuses such requests",
+           "auto"),
+      flag("guided-decoding-disable-any-whitespace", "",
+           "JSON constraints allow no free whitespace: compact JSON with one space after ':' and ','"),
       later("enable-expert-parallel", "", "expert parallelism arrives with tensor parallelism"),
       later("dynamic-load-weight", "", "weight hot-swapping is not supported"),
   };
@@ -119,7 +124,6 @@ void check_flag_value(const std::string& name, const std::string& value) {
   if (name == "graph-optimization-config" || name == "model-loader-extra-config") parse_json_object_flag(name, value);
   if (name == "splitwise-role") check_choice(name, value, {"mixed", "prefill", "decode"});
   if (name == "load-choices") check_choice(name, value, {"default", "default_v1", "new_loader", "dummy"});
-  if (name == "guided-decoding-backend") check_choice(name, value, {"off", "auto", "xgrammar", "guidance"});
 }
 
 std::string read_template_argument(const std::string& value) {
@@ -170,8 +174,7 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
     const std::string value = info.spec.value_name.empty() ? "" : args.get(info.spec.name);
     check_flag_value(info.spec.name, value);
     const bool inert_value = (info.spec.name == "tensor-parallel-size" && value == "1") ||
-                             (info.spec.name == "splitwise-role" && value == "mixed") ||
-                             (info.spec.name == "guided-decoding-backend" && value == "off");
+                             (info.spec.name == "splitwise-role" && value == "mixed");
     if (inert_value) continue;
     log_info("--", info.spec.name, value.empty() ? "" : " " + value, ": ", info.note);
   }
@@ -226,6 +229,13 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   if (args.has("tool-call-parser")) {
     config.tool_call_parser = parse_tool_call_parser_name(args.get("tool-call-parser"));
   }
+  const std::string backend = args.get("guided-decoding-backend");
+  check_choice("guided-decoding-backend", backend, {"auto", "off", "xgrammar", "guidance"});
+  if (backend == "xgrammar" || backend == "guidance")
+    log_info("--guided-decoding-backend ", backend, ": constraints run on ernie.cpp's own grammar engine, which "
+             "accepts the same request fields");
+  config.guided_decoding = backend != "off";
+  config.guided_any_whitespace = !args.flag("guided-decoding-disable-any-whitespace");
   config.graceful_shutdown_seconds = static_cast<int>(args.get_int("timeout-graceful-shutdown"));
   if (config.graceful_shutdown_seconds < 0) fail("--timeout-graceful-shutdown must be >= 0");
   config.log_dir = env_or("FD_LOG_DIR", "log");

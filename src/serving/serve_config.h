@@ -29,6 +29,8 @@ struct ServeConfig {
   int max_logprobs = 20;
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // --reasoning-parser
   ToolCallParser tool_call_parser = ToolCallParser::kNone;    // --tool-call-parser
+  bool guided_decoding = true;        // --guided-decoding-backend other than off
+  bool guided_any_whitespace = true;  // off with --guided-decoding-disable-any-whitespace
   std::string log_dir = "log";        // FD_LOG_DIR
   int graceful_shutdown_seconds = 30; // --timeout-graceful-shutdown (0 in FastDeploy = unbounded; we bound it)
   size_t threads = 0;

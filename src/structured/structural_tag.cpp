@@ -168,7 +168,8 @@ Grammar compile_structure_sequence(const std::vector<TaggedStructure>& structure
   const int32_t rest = builder.repeat(GrammarBuilder::ref(more), min - 1, max < 0 ? -1 : max - 1, "structures");
   const int32_t newlines = builder.repeat(GrammarBuilder::bytes(ByteSet::single('\n')), 0, 2, "newlines");
   const int32_t root = builder.add_rule("root");
-  builder.add_alternative(root, {GrammarBuilder::ref(newlines), GrammarBuilder::ref(one), GrammarBuilder::ref(rest)});
+  builder.add_alternative(root, {GrammarBuilder::ref(newlines), GrammarBuilder::ref(one), GrammarBuilder::ref(rest),
+                                 GrammarBuilder::ref(newlines)});
   return builder.build(root);
 }
 

@@ -35,9 +35,9 @@ void parse_structural_tag(const nlohmann::ordered_json& tag, std::vector<TaggedS
 Grammar compile_structural_tag(const std::vector<TaggedStructure>& structures, const std::vector<std::string>& triggers,
                                const JsonGrammarOptions& options = {});
 
-// Structures only, no free text: up to `max_leading_newlines` newlines, then between
-// `min` and `max` (max < 0: no bound) structures, each followed by `separator` when
-// another comes.
+// Structures only, no free text: between `min` and `max` (max < 0: no bound)
+// structures, each followed by `separator` when another comes, with up to two newlines
+// before the first and after the last (a model's tool-call blocks sit on lines of their own).
 Grammar compile_structure_sequence(const std::vector<TaggedStructure>& structures, const std::string& separator,
                                    int min, int max, const JsonGrammarOptions& options = {});
 

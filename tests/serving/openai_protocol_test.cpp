@@ -111,8 +111,17 @@ TEST(OpenAiProtocolTest, ToolsToolChoiceAndThinkingBudget) {
   EXPECT_TRUE(parse_openai_request(ApiKind::kChat, "{\"messages\": [" + user + R"(], "tools": []})", {}).tools.is_null());
 
   const auto param = [&](const std::string& rest) { return error_of(ApiKind::kChat, "{\"messages\": [" + user + "], " + rest + "}").param; };
-  EXPECT_EQ(param(tools + R"(, "tool_choice": "required")"), "tool_choice");
-  EXPECT_EQ(param(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})"), "tool_choice");
+  const auto chat = [&](const std::string& rest) {
+    return parse_openai_request(ApiKind::kChat, "{\"messages\": [" + user + "], " + rest + "}", {});
+  };
+  EXPECT_TRUE(chat(tools + R"(, "tool_choice": "required")").tool_choice_required);
+  const OpenAiRequest named = chat(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})");
+  EXPECT_TRUE(named.tool_choice_required);
+  EXPECT_EQ(named.tool_choice_function, "f");
+  EXPECT_EQ(param(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})"), "tool_choice");
+  EXPECT_EQ(param(R"("tool_choice": "required")"), "tool_choice");  // no tools to choose from
+  EXPECT_EQ(param(tools + R"(, "tool_choice": "always")"), "tool_choice");
+  EXPECT_EQ(param(tools + R"(, "tool_choice": "required", "guided_regex": "a")"), "tool_choice");
   EXPECT_EQ(param(R"("tools": {"f": 1})"), "tools");
   EXPECT_EQ(param(R"("tools": [{"type": "function", "function": {}}])"), "tools");
   EXPECT_EQ(param(R"("tools": [{"type": "retrieval"}])"), "tools");
@@ -187,18 +196,56 @@ TEST(OpenAiProtocolTest, JsonErrorsDoNotNameTheLibrarysExceptions) {
   EXPECT_THAT(error.message, ::testing::Not(HasSubstr("json.exception")));
 }
 
-TEST(OpenAiProtocolTest, ConstrainedDecodingFieldsAreRefusedNotIgnored) {
+TEST(OpenAiProtocolTest, EveryConstraintFieldBecomesOneConstraint) {
+  using Kind = structured::ConstraintSpec::Kind;
   const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
-  for (const std::string field : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structural_tag"}) {
-    const ApiError error = error_of(ApiKind::kChat, "{" + messages + ", \"" + field + "\": \"x\"}");
-    EXPECT_EQ(error.status, 400) << field;
-    EXPECT_EQ(error.param, field);
-    EXPECT_THAT(error.message, HasSubstr("not supported yet"));
-  }
-  const ApiError schema = error_of(ApiKind::kCompletion, R"({"prompt": "x", "response_format": {"type": "json_object"}})");
-  EXPECT_EQ(schema.param, "response_format");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + messages + R"(, "response_format": {"type": "text"}})").status, 0)
-      << "plain text is what the server does anyway";
+  const auto constraint = [&](const std::string& field) {
+    const OpenAiRequest request = parse_openai_request(ApiKind::kChat, "{" + messages + ", " + field + "}", {});
+    EXPECT_TRUE(request.constraint.has_value()) << field;
+    return request.constraint.value_or(structured::ConstraintSpec{});
+  };
+  // A schema keeps its properties in the order written (they are generated in that order).
+  const auto schema = constraint(R"("guided_json": {"properties": {"zeta": {}, "alpha": {}}, "type": "object"})");
+  EXPECT_EQ(schema.kind, Kind::kJsonSchema);
+  EXPECT_EQ(schema.text, R"({"properties":{"zeta":{},"alpha":{}},"type":"object"})");
+  EXPECT_EQ(constraint(R"("guided_json": "{\"type\": \"integer\"}")").text, R"({"type": "integer"})");
+  EXPECT_EQ(constraint(R"("guided_regex": "a+")").kind, Kind::kRegex);
+  EXPECT_EQ(constraint(R"("guided_choice": ["a", "b"])").choices, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(constraint(R"("guided_grammar": "root ::= \"a\"")").kind, Kind::kGrammar);
+  EXPECT_EQ(constraint(R"("guided_json_object": true)").kind, Kind::kJsonObject);
+  EXPECT_EQ(constraint(R"("structural_tag": {"structures": [], "triggers": []})").kind, Kind::kStructuralTag);
+  EXPECT_EQ(constraint(R"("response_format": {"type": "json_object"})").kind, Kind::kJsonObject);
+  const auto strict = constraint(
+      R"("response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true, "schema": {"b": 1, "a": 2}}})");
+  EXPECT_EQ(strict.kind, Kind::kJsonSchema);
+  EXPECT_EQ(strict.text, R"({"b":1,"a":2})");
+  EXPECT_EQ(constraint(R"("response_format": {"type": "json_schema", "json_schema": {"name": "n"}})").kind, Kind::kJsonObject);
+  EXPECT_EQ(constraint(R"("response_format": {"type": "structural_tag", "structures": [], "triggers": []})").kind,
+            Kind::kStructuralTag);
+  EXPECT_FALSE(parse_openai_request(ApiKind::kChat, "{" + messages + R"(, "response_format": {"type": "text"}})", {})
+                   .constraint.has_value());
+  EXPECT_FALSE(parse_openai_request(ApiKind::kCompletion, R"({"prompt": "x", "guided_json_object": false})", {})
+                   .constraint.has_value());
+  EXPECT_EQ(parse_openai_request(ApiKind::kCompletion, R"({"prompt": "x", "guided_regex": "[0-9]"})", {}).constraint_field,
+            "guided_regex");
+}
+
+TEST(OpenAiProtocolTest, MalformedOrConflictingConstraintsAreRefusedNamingTheField) {
+  const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
+  const auto refused = [&](const std::string& field) { return error_of(ApiKind::kChat, "{" + messages + ", " + field + "}"); };
+  EXPECT_EQ(refused(R"("guided_regex": 5)").param, "guided_regex");
+  EXPECT_EQ(refused(R"("guided_choice": [])").param, "guided_choice");
+  EXPECT_EQ(refused(R"("guided_choice": ["a", 1])").param, "guided_choice");
+  EXPECT_EQ(refused(R"("guided_json": "{not json")").param, "guided_json");
+  EXPECT_EQ(refused(R"("guided_json": [1])").param, "guided_json");
+  EXPECT_EQ(refused(R"("guided_json_object": "yes")").param, "guided_json_object");
+  EXPECT_EQ(refused(R"("response_format": {"type": "xml"})").param, "response_format");
+  EXPECT_EQ(refused(R"("response_format": {"type": "json_schema"})").param, "response_format");
+  EXPECT_EQ(refused(R"("response_format": {"type": "json_schema", "json_schema": {"schema": 3}})").param, "response_format");
+  const ApiError both = refused(R"("guided_regex": "a", "guided_choice": ["a"])");
+  EXPECT_EQ(both.status, 400);
+  EXPECT_THAT(both.message, HasSubstr("only one kind of guided decoding"));
+  EXPECT_EQ(refused(R"("response_format": {"type": "json_object"}, "guided_json": {})").status, 400);
 }
 
 TEST(OpenAiProtocolTest, RequestIdsMustBePrintableAndShort) {

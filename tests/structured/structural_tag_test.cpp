@@ -68,7 +68,7 @@ TEST(StructuralTagTest, MalformedTagsAreRefusedSayingWhy) {
   EXPECT_THAT(error("[1"), HasSubstr("not valid JSON"));
 }
 
-TEST(ToolCallSequenceTest, OnlyCallsBetweenTheCountsWithUpToTwoLeadingNewlines) {
+TEST(ToolCallSequenceTest, OnlyCallsBetweenTheCountsWithUpToTwoNewlinesAround) {
   json calls = {{"min", 1}, {"max", -1}, {"structures", json::array()}};
   for (const char* name : {"get_weather", "get_time"})
     calls["structures"].push_back(
@@ -81,7 +81,7 @@ TEST(ToolCallSequenceTest, OnlyCallsBetweenTheCountsWithUpToTwoLeadingNewlines) 
   const std::string weather = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>";
   const std::string time = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
   EXPECT_TRUE(any.matches(weather));
-  EXPECT_TRUE(any.matches("\n\n" + weather + "\n" + time));
+  EXPECT_TRUE(any.matches("\n\n" + weather + "\n" + time + "\n"));
   EXPECT_FALSE(any.matches(""));
   EXPECT_FALSE(any.matches("\n\n\n" + weather));
   EXPECT_TRUE(any.step(any.start(), "Sure: " + weather).dead());

@@ -1,6 +1,9 @@
 #include "structured/json_schema.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -20,7 +23,44 @@ const std::set<std::string> kAnnotations = {"title", "description", "default", "
                                             "strict", "name"};
 const std::set<std::string> kSupported = {"type", "properties", "required", "additionalProperties", "items",
                                           "prefixItems", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
-                                          "$ref", "minLength", "maxLength", "format", "allOf", "pattern"};
+                                          "$ref", "minLength", "maxLength", "format", "allOf", "pattern",
+                                          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+
+// Integer bounds beyond this magnitude are refused (JSON Schema allows any, but no real
+// schema needs more, and the digit arithmetic stays within int64).
+constexpr int64_t kMaxIntegerBound = 1'000'000'000'000'000'000;
+
+// EBNF for the decimal numerals of [lo, hi] that all have the same number of digits
+// (lo <= hi, equal lengths): digit by digit, splitting where lo and hi part.
+std::string same_length_range(const std::string& lo, const std::string& hi) {
+  const size_t n = lo.size();
+  if (n == 1) return lo == hi ? "\"" + lo + "\"" : "[" + lo + "-" + hi + "]";
+  if (lo[0] == hi[0]) return "\"" + lo.substr(0, 1) + "\" " + same_length_range(lo.substr(1), hi.substr(1));
+  const std::string zeros(n - 1, '0'), nines(n - 1, '9');
+  const std::string any = "[0-9]{" + std::to_string(n - 1) + "}";
+  if (lo.substr(1) == zeros && hi.substr(1) == nines) return "[" + lo.substr(0, 1) + "-" + hi.substr(0, 1) + "] " + any;
+  std::string body = "( \"" + lo.substr(0, 1) + "\" " + same_length_range(lo.substr(1), nines);
+  if (hi[0] - lo[0] > 1)
+    body += " | [" + std::string(1, static_cast<char>(lo[0] + 1)) + "-" + std::string(1, static_cast<char>(hi[0] - 1)) + "] " + any;
+  return body + " | \"" + hi.substr(0, 1) + "\" " + same_length_range(zeros, hi.substr(1)) + " )";
+}
+
+// EBNF for the numerals of the integers in [lo, hi] (hi < 0: no upper bound), lo >= 0,
+// without leading zeros.
+std::string natural_range(int64_t lo, int64_t hi) {
+  std::vector<std::string> parts;
+  const std::string low = std::to_string(lo);
+  const size_t last = hi < 0 ? low.size() : std::to_string(hi).size();
+  for (size_t digits = low.size(); digits <= last; ++digits) {
+    const std::string first = digits == low.size() ? low : "1" + std::string(digits - 1, '0');
+    const std::string top = hi >= 0 && digits == last ? std::to_string(hi) : std::string(digits, '9');
+    parts.push_back(same_length_range(first, top));
+  }
+  if (hi < 0) parts.push_back("[1-9] [0-9]{" + std::to_string(low.size()) + ",}");  // every longer numeral
+  std::string body;
+  for (const std::string& part : parts) body += (body.empty() ? "" : " | ") + part;
+  return "( " + body + " )";
+}
 
 // An EBNF string literal for `text` (its bytes as they must appear in the output).
 std::string literal(const std::string& text) {
@@ -160,12 +200,50 @@ class SchemaWriter {
   std::string typed(const json& schema, const std::string& type, const std::string& pointer) {
     if (type == "null") return "\"null\"";
     if (type == "boolean") return "( \"true\" | \"false\" )";
-    if (type == "integer") return "json-integer";
+    if (type == "integer") return integer_rule(schema, pointer);
+    if (type == "number" && (schema.contains("minimum") || schema.contains("maximum") ||
+                             schema.contains("exclusiveMinimum") || schema.contains("exclusiveMaximum")))
+      refuse(pointer, "minimum and maximum are supported on integers only, not on numbers");
     if (type == "number") return "json-number";
     if (type == "string") return string_rule(schema, pointer);
     if (type == "array") return array_rule(schema, pointer);
     if (type == "object") return object_rule(schema, pointer);
     refuse(pointer, "unknown type \"" + type + "\"");
+  }
+
+  // An integer within minimum / maximum / exclusiveMinimum / exclusiveMaximum.
+  std::string integer_rule(const json& schema, const std::string& pointer) {
+    std::optional<int64_t> lo, hi;
+    const auto bound = [&](const char* key, bool lower, bool exclusive) {
+      if (!schema.contains(key)) return;
+      const json& value = schema.at(key);
+      if (!value.is_number() || std::abs(value.get<double>()) > static_cast<double>(kMaxIntegerBound))
+        refuse(pointer, std::string(key) + " must be a number of magnitude at most 1e18");
+      const double v = value.get<double>();
+      // The integers above (below) a bound: ceil (floor), one further when it is exclusive
+      // and itself an integer.
+      int64_t integer = static_cast<int64_t>(lower ? std::ceil(v) : std::floor(v));
+      if (value.is_number_integer()) integer = value.get<int64_t>();
+      if (exclusive && static_cast<double>(integer) == v) integer += lower ? 1 : -1;
+      std::optional<int64_t>& side = lower ? lo : hi;
+      side = side ? (lower ? std::max(*side, integer) : std::min(*side, integer)) : integer;
+    };
+    bound("minimum", true, false);
+    bound("exclusiveMinimum", true, true);
+    bound("maximum", false, false);
+    bound("exclusiveMaximum", false, true);
+    if (!lo && !hi) return "json-integer";
+    if (lo && hi && *lo > *hi) refuse(pointer, "no integer lies between the minimum and the maximum");
+    std::vector<std::string> parts;
+    // Negative values: "-" and the magnitudes; zero and up: the numerals.
+    if (!lo || *lo < 0) {
+      const int64_t smallest = hi && *hi < 0 ? -*hi : 1;
+      parts.push_back("\"-\" " + natural_range(smallest, lo ? -*lo : -1));
+    }
+    if (!hi || *hi >= 0) parts.push_back(natural_range(lo && *lo > 0 ? *lo : 0, hi ? *hi : -1));
+    std::string body;
+    for (const std::string& part : parts) body += (body.empty() ? "" : " | ") + part;
+    return new_rule(body);
   }
 
   std::string string_rule(const json& schema, const std::string& pointer) {

@@ -62,6 +62,8 @@ const std::vector<json>& schemas() {
       json::parse(R"({"title": "tool call", "type": "object", "properties": {"name": {"const": "get_weather"},
                        "arguments": {"type": "object", "properties": {"city": {"type": "string"},
                        "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"]}}, "required": ["name", "arguments"]})"),
+      json::parse(R"({"type": "array", "items": {"type": "integer", "minimum": -120, "exclusiveMaximum": 4077}})"),
+      json::parse(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 18}, "t": {"type": "integer", "maximum": -7}}})"),
   };
   return list;
 }
@@ -131,13 +133,42 @@ TEST(JsonSchemaTest, DocumentsBreakingTheSchemaAreRejected) {
   EXPECT_FALSE(compact.matches(R"({ "name": "Ann"})"));
 }
 
+// Integer bounds: every integer of a window around the bounds is accepted exactly when
+// it lies within them (the definition, checked value by value).
+TEST(JsonSchemaTest, IntegerBoundsAcceptExactlyTheIntegersWithinThem) {
+  struct Bounds {
+    const char* schema;
+    int64_t lo, hi;  // inclusive; INT64_MIN / INT64_MAX: unbounded
+  };
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  for (const Bounds& b : {Bounds{R"({"minimum": 0, "maximum": 9})", 0, 9}, Bounds{R"({"minimum": 7, "maximum": 1234})", 7, 1234},
+                          Bounds{R"({"minimum": -305, "maximum": -17})", -305, -17}, Bounds{R"({"minimum": -45, "maximum": 2002})", -45, 2002},
+                          Bounds{R"({"minimum": 99})", 99, kNone}, Bounds{R"({"maximum": -3})", -kNone, -3},
+                          Bounds{R"({"maximum": 250})", -kNone, 250}, Bounds{R"({"exclusiveMinimum": 10, "exclusiveMaximum": 100})", 11, 99},
+                          Bounds{R"({"minimum": 2.5, "maximum": 40.5})", 3, 40}, Bounds{R"({"exclusiveMinimum": -1.5})", -1, kNone},
+                          Bounds{R"({"minimum": 1000, "maximum": 1000})", 1000, 1000}}) {
+    json schema = json::parse(b.schema);
+    schema["type"] = "integer";
+    GrammarMatcher matcher(compile_json_schema(schema));
+    for (int64_t v = -2600; v <= 2600; ++v) {
+      const bool within = v >= b.lo && v <= b.hi;
+      ASSERT_EQ(matcher.matches(std::to_string(v)), within) << b.schema << " at " << v;
+    }
+    for (const int64_t far : {int64_t{-123456789}, int64_t{987654321}})
+      EXPECT_EQ(matcher.matches(std::to_string(far)), far >= b.lo && far <= b.hi) << b.schema << " at " << far;
+    EXPECT_FALSE(matcher.matches("-0"));
+    EXPECT_FALSE(matcher.matches("007"));
+  }
+}
+
 TEST(JsonSchemaTest, UnsupportedKeywordsAreRefusedByName) {
   const auto message = [](const char* schema) {
     return testing::error_message([&] { compile_json_schema(json::parse(schema)); });
   };
   EXPECT_NE(message(R"({"type": "object", "patternProperties": {"^a": {}}})").find("\"patternProperties\""), std::string::npos);
   EXPECT_NE(message(R"({"type": "string", "pattern": "(a)\\1"})").find("backreferences"), std::string::npos);
-  EXPECT_NE(message(R"({"type": "integer", "minimum": 0})").find("\"minimum\""), std::string::npos);
+  EXPECT_NE(message(R"({"type": "number", "minimum": 0})").find("integers only"), std::string::npos);
+  EXPECT_NE(message(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer"), std::string::npos);
   EXPECT_NE(message(R"({"not": {"type": "string"}})").find("\"not\""), std::string::npos);
   EXPECT_NE(message(R"({"type": "string", "format": "ipv4"})").find("\"ipv4\""), std::string::npos);
   EXPECT_NE(message(R"({"$ref": "#/components/x"})").find("$ref"), std::string::npos);

@@ -156,6 +156,9 @@ class SchemaWriter {
       types.push_back("object");
     } else if (schema.contains("items") || schema.contains("prefixItems")) {
       types.push_back("array");
+    } else if (schema.contains("minimum") || schema.contains("maximum") || schema.contains("exclusiveMinimum") ||
+               schema.contains("exclusiveMaximum")) {
+      refuse(pointer, "minimum and maximum need \"type\": \"integer\" beside them");
     } else if (schema.contains("minLength") || schema.contains("maxLength") || schema.contains("format")) {
       types.push_back("string");
     } else {

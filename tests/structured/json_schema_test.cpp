@@ -168,6 +168,7 @@ TEST(JsonSchemaTest, UnsupportedKeywordsAreRefusedByName) {
   EXPECT_NE(message(R"({"type": "object", "patternProperties": {"^a": {}}})").find("\"patternProperties\""), std::string::npos);
   EXPECT_NE(message(R"({"type": "string", "pattern": "(a)\\1"})").find("backreferences"), std::string::npos);
   EXPECT_NE(message(R"({"type": "number", "minimum": 0})").find("integers only"), std::string::npos);
+  EXPECT_NE(message(R"({"maximum": 0})").find("\"type\": \"integer\""), std::string::npos);
   EXPECT_NE(message(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer"), std::string::npos);
   EXPECT_NE(message(R"({"not": {"type": "string"}})").find("\"not\""), std::string::npos);
   EXPECT_NE(message(R"({"type": "string", "format": "ipv4"})").find("\"ipv4\""), std::string::npos);

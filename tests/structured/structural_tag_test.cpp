@@ -63,8 +63,8 @@ TEST(StructuralTagTest, MalformedTagsAreRefusedSayingWhy) {
               HasSubstr("starts with none of the triggers"));
   EXPECT_THAT(error(R"({"structures": [], "triggers": ["<g"]})"), HasSubstr("non-empty list \"structures\""));
   EXPECT_THAT(error(R"({"structures": [{"begin": "<g>", "end": 3}], "triggers": ["<g"]})"), HasSubstr("\"end\""));
-  EXPECT_THAT(error(R"({"structures": [{"begin": "<g>", "schema": {"minimum": 1}, "end": "x"}], "triggers": ["<g"]})"),
-              HasSubstr("minimum"));
+  EXPECT_THAT(error(R"({"structures": [{"begin": "<g>", "schema": {"multipleOf": 2}, "end": "x"}], "triggers": ["<g"]})"),
+              HasSubstr("multipleOf"));
   EXPECT_THAT(error("[1"), HasSubstr("not valid JSON"));
 }
 

@@ -84,7 +84,9 @@ class SchemaWriter {
     const std::string start = rule_for(root_, "#");
     std::ostringstream out;
     out << "root ::= " << start << "\n";
-    out << "ws ::= " << (options_.any_whitespace ? "[ \\t\\n]*" : "\"\"") << "\n";
+    // Free whitespace is bounded per gap: a model that likes blank space (any text model
+    // asked for JSON it was not trained on) would otherwise fill max_tokens with it.
+    out << "ws ::= " << (options_.any_whitespace ? "[ \\t\\n]{0," + std::to_string(kMaxJsonWhitespace) + "}" : "\"\"") << "\n";
     out << "comma ::= " << (options_.any_whitespace ? "ws \",\" ws" : "\", \"") << "\n";
     out << "colon ::= " << (options_.any_whitespace ? "ws \":\" ws" : "\": \"") << "\n";
     out << "json-char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n";

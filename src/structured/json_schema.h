@@ -23,9 +23,13 @@
 
 namespace ernie::structured {
 
+// Whitespace characters allowed in one gap between JSON tokens (enough for a newline and
+// nine levels of two-space indentation), as xgrammar's max_whitespace_cnt bounds them.
+inline constexpr int kMaxJsonWhitespace = 20;
+
 struct JsonGrammarOptions {
-  // Whitespace allowed between tokens ([ \n\t]*); off, the output is compact (one space
-  // after ':' and ',' as Python's json.dumps writes). FastDeploy's
+  // Whitespace allowed between tokens ([ \n\t]{0,kMaxJsonWhitespace}); off, the output is
+  // compact (one space after ':' and ',' as Python's json.dumps writes). FastDeploy's
   // --guided-decoding-disable-any-whitespace turns it off.
   bool any_whitespace = true;
 };

@@ -149,15 +149,23 @@ test('malformed tool JSON comes back as content, nothing lost', async () => {
   assert.equal(parts.calls.length, 0);
 });
 
-test('tool_choice none leaves calls as text; required and named choices are refused', async () => {
+test('tool_choice none leaves calls as text; required and named choices force calls', async () => {
   const none = await client.chat.completions.create(ask('What is the weather in Paris?', { tools, tool_choice: 'none' }));
   assert.equal(none.choices[0].message.tool_calls, undefined);
   assert.match(none.choices[0].message.content, /^<tool_call>\n\{"name": "get_weather"/);
   assert.equal(none.choices[0].finish_reason, 'stop');
-  for (const toolChoice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
-    await assert.rejects(client.chat.completions.create(ask('weather?', { tools, tool_choice: toolChoice })),
-                         (error) => error.status === 400 && error.param === 'tool_choice' && /constrained decoding/.test(error.message));
-  }
+  // The script's two calls are what "required" allows, so they come back unchanged.
+  const required = await client.chat.completions.create(ask('What is the weather in Paris?', { tools, tool_choice: 'required' }));
+  assert.deepEqual(required.choices[0].message.tool_calls.map((call) => call.function.name), ['get_weather', 'get_time']);
+  assert.equal(required.choices[0].message.reasoning_content, 'The user wants the weather.\nI will call the tools.');
+  // Named: one call of that function; the script's second call is cut off by the grammar.
+  const named = await client.chat.completions.create(ask('What is the weather in Paris?', {
+    tools, tool_choice: { type: 'function', function: { name: 'get_weather' } } }));
+  assert.equal(named.choices[0].message.tool_calls.length, 1);
+  assert.equal(named.choices[0].message.tool_calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(named.choices[0].message.tool_calls[0].function.arguments), { city: 'Paris' });
+  await assert.rejects(client.chat.completions.create(ask('weather?', { tools, tool_choice: { type: 'function', function: { name: 'nope' } } })),
+                       (error) => error.status === 400 && error.param === 'tool_choice');
   await assert.rejects(client.chat.completions.create(ask('weather?', { tools: [{ type: 'function' }] })),
                        (error) => error.status === 400 && error.param === 'tools');
 });

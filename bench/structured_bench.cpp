@@ -7,7 +7,10 @@
 //     (nearly every token fits), 2 inside a number. Parsing the prefix is included.
 //   BM_JsonGeneration: 300 constrained steps taking random allowed tokens; the mask
 //     time per step (p50, p99), caches warming as a real request's would.
-//   BM_CompileToolSchema: a function-calling schema compiled to a ready matcher.
+//   BM_SchemaGeneration/<0|1>: the mask time per step (p50, p99) along random
+//     generations of a function-calling schema, cold (0) and with the states of earlier
+//     requests cached (1).
+//   BM_CompileToolSchema: that schema compiled to a ready matcher.
 // Run: build/bench/structured_bench
 #include <benchmark/benchmark.h>
 
@@ -102,9 +105,60 @@ void BM_JsonGeneration(benchmark::State& state) {
 }
 BENCHMARK(BM_JsonGeneration)->Unit(benchmark::kMillisecond)->Iterations(3);
 
+const nlohmann::ordered_json& tool_schema();
+
+// Mask time per step along random constrained generations of the tool-call schema
+// below (nested object, patterns, a date, an enum, an array, a string of up to 200
+// characters): range 0 with a fresh matcher per generation (a server's first request
+// with this schema: every state is met for the first time), range 1 with one matcher
+// for all (the requests after it, whose states were met before).
+void BM_SchemaGeneration(benchmark::State& state) {
+  const Grammar grammar = compile_json_schema(tool_schema());
+  std::vector<double> times;
+  std::vector<uint32_t> mask;
+  std::mt19937 random(9);
+  GrammarMatcher shared(grammar);
+  for (auto _ : state) {
+    for (int generation = 0; generation < 8; ++generation) {
+      GrammarMatcher fresh(grammar);
+      GrammarMatcher& matcher = state.range(0) == 0 ? fresh : shared;
+      int32_t current = matcher.intern(matcher.start());
+      for (int step = 0; step < 400 && current != GrammarMatcher::kDead; ++step) {
+        const auto begin = std::chrono::steady_clock::now();
+        const std::vector<uint32_t>& allowed_mask = trie().mask(matcher, current);
+        times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin).count());
+        std::vector<int32_t> allowed;
+        for (size_t id = 1; id < vocab().size(); ++id)
+          if ((allowed_mask[id >> 5] >> (id & 31)) & 1u) allowed.push_back(static_cast<int32_t>(id));
+        if (allowed.empty()) break;  // only the end token: the document is complete
+        // Half the time a token that closes something, so documents end within the steps.
+        std::vector<int32_t> closing;
+        for (int32_t id : allowed)
+          if (vocab()[static_cast<size_t>(id)].find_first_of("\"}]") != std::string::npos) closing.push_back(id);
+        const std::vector<int32_t>& from = !closing.empty() && random() % 2 ? closing : allowed;
+        for (char c : vocab()[static_cast<size_t>(from[random() % from.size()])])
+          current = matcher.step_id(current, static_cast<uint8_t>(c));
+      }
+    }
+  }
+  std::sort(times.begin(), times.end());
+  state.counters["p50_us"] = times[times.size() / 2];
+  state.counters["p99_us"] = times[times.size() * 99 / 100];
+  state.counters["steps"] = static_cast<double>(times.size());
+}
+BENCHMARK(BM_SchemaGeneration)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(2);
+
 // Compiling a typical tool-call schema to a ready matcher (issue 17's target: < 50 ms).
 void BM_CompileToolSchema(benchmark::State& state) {
-  const auto schema = nlohmann::ordered_json::parse(R"({
+  for (auto _ : state) {
+    GrammarMatcher matcher(compile_json_schema(tool_schema()));
+    benchmark::DoNotOptimize(matcher.start().frontier.data());
+  }
+}
+BENCHMARK(BM_CompileToolSchema)->Unit(benchmark::kMillisecond);
+
+const nlohmann::ordered_json& tool_schema() {
+  static const auto schema = nlohmann::ordered_json::parse(R"({
     "type": "object", "properties": {
       "name": {"const": "search_flights"},
       "arguments": {"type": "object", "properties": {
@@ -115,12 +169,8 @@ void BM_CompileToolSchema(benchmark::State& state) {
         "notes": {"type": ["string", "null"], "maxLength": 200}},
         "required": ["from", "to", "date", "passengers"]}},
     "required": ["name", "arguments"]})");
-  for (auto _ : state) {
-    GrammarMatcher matcher(compile_json_schema(schema));
-    benchmark::DoNotOptimize(matcher.start().frontier.data());
-  }
+  return schema;
 }
-BENCHMARK(BM_CompileToolSchema)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace ernie::structured

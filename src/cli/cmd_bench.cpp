@@ -3,16 +3,19 @@
 //   llama-bench form: --pp 512 --tg 128
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
 #include "cli/model_loading.h"
+#include "structured/constraint.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/random.h"
 #include "util/stopwatch.h"
+#include "util/text_file.h"
 
 namespace ernie {
 namespace {
@@ -34,8 +37,10 @@ std::vector<int32_t> random_prompt(Random& random, int64_t length, int vocab) {
 
 // Submits `prompts` all at once, greedy with exactly `output_len` tokens each, and
 // waits for all of them. Times are seconds since `clock` started.
+// `constraint`: an output constraint every request follows (null: free).
 std::vector<RequestTiming> run_requests(EngineClient& client, const std::vector<std::vector<int32_t>>& prompts,
-                                        int64_t output_len, const Stopwatch& clock, const std::string& prefix) {
+                                        int64_t output_len, const Stopwatch& clock, const std::string& prefix,
+                                        const std::shared_ptr<const structured::CompiledConstraint>& constraint = nullptr) {
   std::vector<std::shared_ptr<OutputStream>> streams;
   std::vector<RequestTiming> timings(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -45,6 +50,7 @@ std::vector<RequestTiming> run_requests(EngineClient& client, const std::vector<
     request.params.temperature = 0.0f;
     request.params.max_tokens = static_cast<int>(output_len);
     request.params.ignore_eos = true;
+    request.constraint = constraint;
     timings[i].submitted = clock.seconds();
     streams.push_back(client.submit(std::move(request)));
   }
@@ -100,6 +106,10 @@ int bench_command(int argc, char** argv) {
       {"pp", "N", "llama-bench prompt test: prefill N tokens of one sequence", ""},
       {"tg", "N", "llama-bench generation test: generate N tokens of one sequence", ""},
       {"repetitions", "N", "repeat the llama-bench tests and average", "1"},
+      {"guided-json", "SCHEMA",
+       "llama-bench form: each generation test runs twice, free and constrained to this JSON schema (a file or the "
+       "text), and both rates are reported",
+       ""},
       {"json", "", "print one JSON object with the results as the last line", ""}};
   for (OptionSpec& option : engine_option_specs()) options.push_back(std::move(option));
   const ArgParser parser(
@@ -187,7 +197,25 @@ int bench_command(int argc, char** argv) {
     // in and sizes the step buffers, so the first repetition is not charged for it.
     Stopwatch warm_clock;
     run_requests(*engine.client, {random_prompt(random, std::max<int64_t>(pp, 8), vocab)}, 2, warm_clock, "warmup-");
-    std::vector<double> pp_rates, tg_rates;
+    std::shared_ptr<const structured::CompiledConstraint> guided;
+    if (args.has("guided-json")) {
+      const std::string value = args.get("guided-json");
+      guided = structured::compile({.kind = structured::ConstraintSpec::Kind::kJsonSchema,
+                                    .text = std::filesystem::is_regular_file(value) ? read_text_file(value) : value});
+      // The constraint's first masks are made once per parse state and kept; the warm-up
+      // meets the cold ones, as a server's first request with a schema does.
+      run_requests(*engine.client, {random_prompt(random, 1, vocab)}, tg + 1, warm_clock, "guided-warmup-", guided);
+    }
+    std::vector<double> pp_rates, tg_rates, guided_rates;
+    int64_t guided_tokens = 0;
+    // Decode rate of one sequence: the tokens after the first (which the prompt step
+    // makes) over the time they took; a constrained one may end early, at the schema's end.
+    const auto decode_rate = [&](const std::string& id, const std::shared_ptr<const structured::CompiledConstraint>& c) {
+      Stopwatch clock;
+      const auto timing = run_requests(*engine.client, {random_prompt(random, 1, vocab)}, tg + 1, clock, id, c);
+      if (c) guided_tokens += timing[0].output_tokens - 1;
+      return static_cast<double>(timing[0].output_tokens - 1) / (timing[0].finished - timing[0].first_token);
+    };
     for (int64_t r = 0; r < repetitions; ++r) {
       if (pp > 0) {
         Stopwatch clock;
@@ -196,9 +224,8 @@ int bench_command(int argc, char** argv) {
       }
       if (tg > 0) {
         // One prompt token, then tg generated: the first comes from the prompt step.
-        Stopwatch clock;
-        const auto timing = run_requests(*engine.client, {random_prompt(random, 1, vocab)}, tg + 1, clock, "tg-" + std::to_string(r));
-        tg_rates.push_back(static_cast<double>(tg) / (timing[0].finished - timing[0].first_token));
+        tg_rates.push_back(decode_rate("tg-" + std::to_string(r), nullptr));
+        if (guided) guided_rates.push_back(decode_rate("guided-" + std::to_string(r), guided));
       }
     }
     engine_stats = engine.client->stats();
@@ -211,6 +238,14 @@ int bench_command(int argc, char** argv) {
       result["tg"] = tg;
       result["tg_tokens_per_s"] = mean(tg_rates);
       std::printf("tg%lld  %8.1f tokens/s\n", static_cast<long long>(tg), mean(tg_rates));
+    }
+    if (!guided_rates.empty()) {
+      result["tg_guided_tokens_per_s"] = mean(guided_rates);
+      result["guided_over_free"] = mean(guided_rates) / mean(tg_rates);
+      result["tg_guided_tokens"] = guided_tokens;
+      std::printf("tg%lld  %8.1f tokens/s constrained to the schema (%.1f%% of free; %lld constrained tokens)\n",
+                  static_cast<long long>(tg), mean(guided_rates), 100.0 * mean(guided_rates) / mean(tg_rates),
+                  static_cast<long long>(guided_tokens));
     }
   }
   if (config.speculative.enabled()) report_speculation(engine_stats, result);

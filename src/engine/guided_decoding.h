@@ -80,9 +80,9 @@ class GuidedDecoding {
   // Interned parse states one constraint may reach before its requests fail; cached
   // masks kept per constraint before they are dropped and recomputed.
   static constexpr size_t kMaxStates = size_t{1} << 20;
-  static constexpr size_t kMaxCachedMasks = 4096;
+  static constexpr size_t kMaxCachedMasks = 1024;
   // Constraints kept after their last request ends.
-  static constexpr size_t kKeptGrammars = 32;
+  static constexpr size_t kKeptGrammars = 16;
 
  private:
   void compute(MaskJob& job);

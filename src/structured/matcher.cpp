@@ -30,13 +30,24 @@ int32_t GrammarMatcher::intern(const MatchState& state) {
 
 int32_t GrammarMatcher::step_id(int32_t id, uint8_t byte) {
   if (id == kDead) return kDead;
+  const auto index = static_cast<size_t>(id);
   const uint64_t key = (static_cast<uint64_t>(id) << 8) | byte;
-  const auto found = transitions_.find(key);
-  if (found != transitions_.end()) return found->second;
+  if (index < kDenseStates) {
+    if (index >= dense_.size()) dense_.resize(std::min(kDenseStates, std::max(index + 1, 2 * dense_.size())));
+    if (!dense_[index]) {
+      dense_[index] = std::make_unique<std::array<int32_t, 256>>();
+      dense_[index]->fill(-1);
+    }
+    const int32_t known = (*dense_[index])[byte];
+    if (known >= 0) return known;
+  } else if (const auto found = transitions_.find(key); found != transitions_.end()) {
+    return found->second;
+  }
   // Copy: interning may grow states_.
-  const MatchState current = states_[static_cast<size_t>(id)];
+  const MatchState current = states_[index];
   const int32_t next = can_take(current, byte) ? intern(step(current, byte)) : kDead;
-  transitions_.emplace(key, next);
+  if (index < kDenseStates) (*dense_[index])[byte] = next;
+  else transitions_.emplace(key, next);
   return next;
 }
 

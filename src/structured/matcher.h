@@ -15,7 +15,9 @@
 // masks be cached per state.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -80,6 +82,10 @@ class GrammarMatcher {
   std::vector<char> seen_;
   std::vector<MatchState> states_;
   std::unordered_map<uint64_t, std::vector<int32_t>> state_ids_;  // by hash of the state
+  // Transitions: a row of 256 per state for the first kDenseStates states (a trie walk
+  // makes one lookup per trie node, so this is the mask's inner loop), a map beyond.
+  static constexpr size_t kDenseStates = 8192;
+  std::vector<std::unique_ptr<std::array<int32_t, 256>>> dense_;  // -1: not computed yet
   std::unordered_map<uint64_t, int32_t> transitions_;             // (id << 8 | byte) -> id
   std::unordered_map<int32_t, std::vector<uint32_t>> masks_;
 };

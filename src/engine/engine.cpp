@@ -329,7 +329,16 @@ RequestOutput Engine::emit_tokens(StepChunk& chunk, float* logits) {
       reason = FinishReason::kError;
       break;
     }
-    SampledToken sampled = request.sampler->sample(row_logits, masks ? masks->rows[static_cast<size_t>(row)] : nullptr);
+    SampledToken sampled;
+    try {
+      sampled = request.sampler->sample(row_logits, masks ? masks->rows[static_cast<size_t>(row)] : nullptr);
+    } catch (const Error& error) {
+      if (!masks) throw;
+      // A grammar that needs bytes no token of this vocabulary spells ends here.
+      output.error = error.what();
+      reason = FinishReason::kError;
+      break;
+    }
     // Early stop ends the request with the first end token in place of the drawn one, as
     // FastDeploy's stopper does.
     const bool early_stop = stops_early(request, sampled);

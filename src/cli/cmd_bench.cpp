@@ -94,6 +94,20 @@ void report_speculation(const EngineStats& stats, nlohmann::ordered_json& result
               stats.spec_tokens_per_verifying_step());
 }
 
+// Tensor parallelism: rank 0's share of the measured run spent in all-reduces and
+// gathers (waiting for the other ranks counts: the step pays for it). The counters are
+// read when the measurement starts (`start_bytes`, `start_seconds`) and now.
+void report_communication(const Communicator& communicator, uint64_t start_bytes, double start_seconds, double seconds,
+                          nlohmann::ordered_json& result) {
+  const double communicating = communicator.seconds_communicating() - start_seconds;
+  const uint64_t bytes = communicator.bytes_communicated() - start_bytes;
+  result["ranks"] = communicator.size();
+  result["communicated_bytes"] = bytes;
+  result["communication_share"] = communicating / seconds;
+  std::printf("  tensor parallelism: %d ranks; rank 0 all-reduced and gathered %.1f MB, %.1f%% of the time\n",
+              communicator.size(), static_cast<double>(bytes) / 1e6, 100.0 * communicating / seconds);
+}
+
 }  // namespace
 
 int bench_command(int argc, char** argv) {
@@ -142,12 +156,15 @@ int bench_command(int argc, char** argv) {
     if (!args.has("max-num-seqs")) config.max_num_seqs = static_cast<int>(concurrency);
     config.max_model_len = std::max(config.max_model_len, input_len + output_len);
     LoadedEngine engine = load_engine(resolve_model_path(args.get("model")), config, thread_count_from_flag(args.get_int("threads")));
+    if (!engine.client) return 0;  // a tensor-parallel rank other than 0: rank 0 has stopped
     const int vocab = engine.model->config().vocab_size;
     // Warm-up: one short request pages the weights in.
     Stopwatch warm_clock;
     run_requests(*engine.client, {random_prompt(random, 8, vocab)}, 2, warm_clock, "warmup-");
 
     std::vector<RequestTiming> timings;
+    const uint64_t bytes_before = engine.communicator ? engine.communicator->bytes_communicated() : 0;
+    const double seconds_before = engine.communicator ? engine.communicator->seconds_communicating() : 0;
     Stopwatch clock;
     for (int64_t begin = 0; begin < num_prompts; begin += concurrency) {
       std::vector<std::vector<int32_t>> prompts;
@@ -176,6 +193,7 @@ int bench_command(int argc, char** argv) {
     result["mean_tpot_ms"] = mean(tpot) * 1e3;
     engine_stats = engine.client->stats();
     result["preemptions"] = engine_stats.preemptions;
+    if (engine.communicator) report_communication(*engine.communicator, bytes_before, seconds_before, wall, result);
     std::printf("concurrency %lld, %lld prompts of %lld tokens, %lld output tokens each: %.2f s\n",
                 static_cast<long long>(concurrency), static_cast<long long>(num_prompts),
                 static_cast<long long>(input_len), static_cast<long long>(output_len), wall);
@@ -192,6 +210,7 @@ int bench_command(int argc, char** argv) {
     if (!args.has("max-num-batched-tokens")) config.max_num_batched_tokens = std::max<int64_t>(pp, 512);
     config.prefix_caching = false;  // a repeated prompt must be recomputed, not served from the cache
     LoadedEngine engine = load_engine(resolve_model_path(args.get("model")), config, thread_count_from_flag(args.get_int("threads")));
+    if (!engine.client) return 0;  // a tensor-parallel rank other than 0: rank 0 has stopped
     const int vocab = engine.model->config().vocab_size;
     // Warm-up, as llama-bench does: one prompt of the measured length pages the weights
     // in and sizes the step buffers, so the first repetition is not charged for it.
@@ -206,6 +225,9 @@ int bench_command(int argc, char** argv) {
       // meets the cold ones, as a server's first request with a schema does.
       run_requests(*engine.client, {random_prompt(random, 1, vocab)}, tg + 1, warm_clock, "guided-warmup-", guided);
     }
+    Stopwatch measured;  // the tests below, for the communication share
+    const uint64_t bytes_before = engine.communicator ? engine.communicator->bytes_communicated() : 0;
+    const double seconds_before = engine.communicator ? engine.communicator->seconds_communicating() : 0;
     std::vector<double> pp_rates, tg_rates, guided_rates;
     int64_t guided_tokens = 0;
     // Decode rate of one sequence: the tokens after the first (which the prompt step
@@ -229,6 +251,8 @@ int bench_command(int argc, char** argv) {
       }
     }
     engine_stats = engine.client->stats();
+    if (engine.communicator)
+      report_communication(*engine.communicator, bytes_before, seconds_before, measured.seconds(), result);
     if (pp > 0) {
       result["pp"] = pp;
       result["pp_tokens_per_s"] = mean(pp_rates);

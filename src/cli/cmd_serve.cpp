@@ -30,8 +30,10 @@ int serve_command(int argc, char** argv) {
   check_parser_markers(config);  // before minutes of loading weights
 
   LoadedEngine engine = load_engine(config.model_dir, config.engine, config.threads, config.tokenizer_dir);
+  if (!engine.client) return 0;  // a tensor-parallel rank other than 0: rank 0 has stopped
   const GenerationConfig generation = load_generation_config(config.model_dir);
-  return serve_until_signalled(config, shutdown_signals, *engine.client, *engine.tokenizer, *engine.model, generation);
+  return serve_until_signalled(config, shutdown_signals, *engine.client, *engine.tokenizer, engine.engine_model(),
+                               generation);
 }
 
 }  // namespace ernie

@@ -1,8 +1,10 @@
 #include "cli/engine_setup.h"
 
 #include <filesystem>
+#include <thread>
 
 #include "cli/model_loading.h"
+#include "dist/mpi_communicator.h"
 #include "kernels/matmul.h"
 #include "model/generation_config.h"
 #include "util/error.h"
@@ -21,6 +23,12 @@ std::string env_or(const char* name, const std::string& fallback) {
 // The speculative config's "model", when it names a checkpoint other than the main one:
 // FastDeploy's seed commands pass the MTP model's path, which for the released
 // checkpoints is the main directory itself (its mtp_* tensors).
+// Ranks of this MPI job on this machine (Open MPI says), 1 outside one.
+int ranks_on_this_machine() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return local != nullptr ? std::max(1, std::atoi(local)) : 1;
+}
+
 std::string mtp_directory(const SpeculativeConfig& speculative, const std::string& model_dir) {
   if (speculative.mtp_drafts() == 0 || speculative.model.empty()) return "";
   const std::string resolved = resolve_model_path(speculative.model);
@@ -51,6 +59,9 @@ std::vector<OptionSpec> engine_option_specs() {
       {"speculative-config", "JSON",
        "speculative decoding: {\"method\": \"mtp\" | \"ngram\", \"num_speculative_tokens\": 1..5, ...} "
        "(docs/speculative-decoding.md)", ""},
+      {"tensor-parallel-size", "N",
+       "shard the model over N MPI ranks (started through mpirun when not already under it; docs/parallelism.md)", "1"},
+      {"enable-expert-parallel", "", "with --tensor-parallel-size: place whole routed experts on the ranks", ""},
       {"early-stop-config", "JSON",
        "{\"enable_early_stop\": true, \"strategy\": \"repetition\", \"window_size\": 3000, \"threshold\": 0.99}", ""},
   };
@@ -93,6 +104,15 @@ EngineConfig engine_config_from_args(const ParsedArgs& args) {
   if (mtp_hidden != "prenorm" && mtp_hidden != "normed")
     fail("ERNIE_MTP_HIDDEN must be prenorm or normed, got \"", mtp_hidden, "\"");
   config.mtp_normed_hidden = mtp_hidden == "normed";
+  const int64_t ranks = args.get_int("tensor-parallel-size");
+  if (ranks < 1 || ranks > 1024) fail("--tensor-parallel-size must lie in 1..1024, got ", ranks);
+  config.tensor_parallel_size = static_cast<int>(ranks);
+  config.expert_parallel = args.flag("enable-expert-parallel");
+  if (config.expert_parallel && ranks == 1)
+    log_info("--enable-expert-parallel with one rank: every expert runs in this process");
+  if (ranks > 1 && config.speculative.mtp_drafts() > 0)
+    fail("MTP drafting (--speculative-config method \"mtp\") runs in one process only; with --tensor-parallel-size ",
+         ranks, " use method \"ngram\"");
   config.early_stop = parse_early_stop_config(
       args.flag("enable-early-stop"),
       args.has("early-stop-config") ? std::optional<std::string>(args.get("early-stop-config")) : std::nullopt);
@@ -102,6 +122,10 @@ EngineConfig engine_config_from_args(const ParsedArgs& args) {
 LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& requested, size_t threads,
                          const std::string& tokenizer_dir) {
   LoadedEngine loaded;
+  // Ranks sharing a machine share its cores: each takes its part unless --threads says.
+  const size_t hardware = std::max(1u, std::thread::hardware_concurrency());
+  if (requested.tensor_parallel_size > 1 && threads == hardware)
+    threads = std::max<size_t>(1, hardware / static_cast<size_t>(std::max(1, ranks_on_this_machine())));
   loaded.pool = std::make_unique<ThreadPool>(threads);
   loaded.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_dir.empty() ? model_dir : tokenizer_dir));
   QuantizationPlan quantization = quantization_from_flag(model_dir, requested.quantization);
@@ -111,16 +135,47 @@ LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& reque
   // bf16 weights multiply bf16-rounded activations where the CPU has AVX512-BF16 (twice
   // the fp32 peak); ERNIE_BF16_PRODUCTS=0 keeps fp32 products.
   set_bf16_products(env_or("ERNIE_BF16_PRODUCTS", "1") != "0");
-  loaded.model = load_model_reporting(model_dir, *loaded.pool, quantization, mtp_directory(requested.speculative, model_dir));
+  ShardPlan shard;
+  std::string host;
+  if (requested.tensor_parallel_size > 1) {
+    auto mpi = std::make_unique<MpiCommunicator>();
+    if (mpi->size() != requested.tensor_parallel_size)
+      fail("--tensor-parallel-size ", requested.tensor_parallel_size, " but the MPI job has ", mpi->size(),
+           " ranks; start it with mpirun -np ", requested.tensor_parallel_size, " (or let ernie start mpirun itself)");
+    shard = {mpi->rank(), mpi->size(), requested.expert_parallel};
+    host = mpi->host();
+    set_log_prefix(str_cat("[rank ", shard.rank, "] "));
+    loaded.communicator = std::move(mpi);
+  }
+  try {
+    loaded.model = load_model_reporting(model_dir, *loaded.pool, quantization,
+                                        mtp_directory(requested.speculative, model_dir), shard, loaded.communicator.get());
+    if (shard.sharded()) check_ranks_agree(*loaded.communicator, rank_fingerprint(*loaded.model, requested.quantization), host);
+  } catch (const Error& error) {
+    if (!shard.sharded()) throw;
+    fail("rank ", shard.rank, " on ", host, ": ", error.what());
+  }
   EngineConfig config = requested;
   fit_max_model_len(config, loaded.model->config());
   validate_engine_config(config, loaded.model->config());
+  if (shard.sharded() && shard.rank != 0) {
+    // This rank runs the steps rank 0 plans, until rank 0 stops.
+    run_tensor_parallel_worker(*loaded.model, *loaded.communicator, config.kv_layers(loaded.model->config()),
+                               config.block_size);
+    return loaded;
+  }
   const MemoryBudget memory = read_memory_budget();
   log_info("memory for the KV cache planned from ", memory.source, ": ", memory.available >> 20, " MiB available + ",
            memory.own_anonymous >> 20, " MiB held by this process");
+  // The ranks on this machine share its memory: each plans with its part of it.
+  const uint64_t usable = memory.usable() / static_cast<uint64_t>(std::max(1, ranks_on_this_machine()));
   const int blocks = plan_kv_blocks(config, loaded.model->config(), loaded.model->load_report().weight_bytes,
-                                    loaded.model->kv_row_bytes(), memory.usable());
-  auto engine = std::make_unique<Engine>(*loaded.model, *loaded.tokenizer, config, blocks,
+                                    loaded.model->kv_row_bytes(), usable);
+  if (shard.sharded()) {
+    loaded.parallel_model = std::make_unique<TensorParallelModel>(*loaded.model, *loaded.communicator);
+    loaded.parallel_model->share_kv_blocks(blocks);
+  }
+  auto engine = std::make_unique<Engine>(loaded.engine_model(), *loaded.tokenizer, config, blocks,
                                          end_token_ids(load_generation_config(model_dir), loaded.model->config()));
   loaded.client = std::make_unique<EngineClient>(std::move(engine));
   return loaded;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "dist/tensor_parallel.h"
 #include "engine/engine_client.h"
 #include "model/ernie_model.h"
 
@@ -23,12 +24,22 @@ EngineConfig engine_config_from_args(const ParsedArgs& args);
 // the engine stops before the model and the threads it uses go away.
 struct LoadedEngine {
   std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Communicator> communicator;  // --tensor-parallel-size > 1: the link to the other ranks
   std::unique_ptr<ErnieModel> model;
+  std::unique_ptr<TensorParallelModel> parallel_model;  // rank 0 under tensor parallelism
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<EngineClient> client;
+  std::unique_ptr<EngineClient> client;  // null on a rank other than 0, once rank 0 stopped it
+
+  // The model the engine runs (the sharded model's rank-0 face under tensor parallelism).
+  LanguageModel& engine_model() const {
+    return parallel_model ? static_cast<LanguageModel&>(*parallel_model) : *model;
+  }
 };
 
-// `tokenizer_dir` empty: the tokenizer files are in `model_dir`.
+// `tokenizer_dir` empty: the tokenizer files are in `model_dir`. Under tensor
+// parallelism (config.tensor_parallel_size > 1, in an MPI job) every rank loads its
+// shard; rank 0 gets the engine, and on the other ranks this returns, with no client,
+// only after rank 0 stopped them.
 LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& config, size_t threads,
                          const std::string& tokenizer_dir = "");
 

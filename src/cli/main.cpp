@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/mpi_launch.h"
 #include "util/error.h"
 
 namespace {
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    if (command == "serve" || command == "bench") ernie::relaunch_under_mpirun_if_needed(argc, argv);
     if (command == "serve") return ernie::serve_command(argc, argv);
     if (command == "run") return ernie::run_command(argc, argv);
     if (command == "logits") return ernie::logits_command(argc, argv);

@@ -62,7 +62,8 @@ QuantizationPlan quantization_from_flag(const std::string& model_dir, const std:
 }
 
 std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, ThreadPool& pool,
-                                                 const QuantizationPlan& quantization, const std::string& mtp_dir) {
+                                                 const QuantizationPlan& quantization, const std::string& mtp_dir,
+                                                 const ShardPlan& shard, Communicator* communicator) {
   log_info("loading model from ", model_dir, " (", pool.num_threads(), " threads)");
   const bool interactive = isatty(STDERR_FILENO) != 0;
   auto progress = [interactive](int done, int total) {
@@ -71,7 +72,11 @@ std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, T
     if (done == total) std::fprintf(stderr, "\n");
     std::fflush(stderr);
   };
-  auto model = ErnieModel::load(model_dir, pool, progress, quantization, mtp_dir, /*report_progress=*/true);
+  auto model = ErnieModel::load(model_dir, pool, progress, quantization, mtp_dir, /*report_progress=*/true, shard,
+                                communicator);
+  if (shard.sharded())
+    log_info("tensor parallelism: rank ", shard.rank, " of ", shard.size, " holds its shard",
+             shard.expert_parallel ? " (whole experts)" : "", "; KV row ", model->kv_row_bytes(), " bytes");
   const ModelConfig& config = model->config();
   const LoadReport& report = model->load_report();
   log_info("loaded ", config.architecture, " (", checkpoint_layout_name(report.layout), " layout, ",

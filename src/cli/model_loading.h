@@ -16,8 +16,10 @@ namespace ernie {
 std::string resolve_model_path(const std::string& model);
 
 // `mtp_dir`: where the MTP head comes from, when not the main checkpoint (empty).
+// `shard`, `communicator`: tensor parallelism (ErnieModel::load).
 std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, ThreadPool& pool,
-                                                 const QuantizationPlan& quantization = {}, const std::string& mtp_dir = "");
+                                                 const QuantizationPlan& quantization = {}, const std::string& mtp_dir = "",
+                                                 const ShardPlan& shard = {}, Communicator* communicator = nullptr);
 
 // The plan for `--quantization VALUE` on the model in `model_dir` (reads its config.json
 // and ERNIE_QUANTIZE_LM_HEAD); empty VALUE: unquantized.

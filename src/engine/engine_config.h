@@ -46,6 +46,11 @@ struct EngineConfig {
   // ERNIE_MTP_HIDDEN: which main-model hidden state the MTP head sees (model spec §4.2):
   // false: before the final norm, as ERNIE's training code; true: after it, as FastDeploy.
   bool mtp_normed_hidden = false;
+  // --tensor-parallel-size: ranks (MPI processes) one model is sharded over; rank 0 runs
+  // the engine (dist/tensor_parallel.h). --enable-expert-parallel: routed experts are
+  // placed whole on the ranks instead of split.
+  int tensor_parallel_size = 1;
+  bool expert_parallel = false;
 
   // KV cache layers per position: the model's, plus the MTP head's when it drafts.
   int kv_layers(const ModelConfig& model) const { return model.num_hidden_layers + (speculative.mtp_drafts() > 0 ? 1 : 0); }

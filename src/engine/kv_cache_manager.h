@@ -58,6 +58,7 @@ class PagedKvCache final : public KvCache {
   void reserve(int64_t num_positions) override;
   void* key(int layer, int64_t position) override;
   void* value(int layer, int64_t position) override;
+  const std::vector<BlockId>& block_table() const { return table_; }
 
  private:
   KvBlockPool& pool_;

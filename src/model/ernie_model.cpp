@@ -54,12 +54,13 @@ ForwardBatch single_sequence_batch(KvCache& cache, std::span<const int32_t> toke
 std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, ThreadPool& pool,
                                              const LayerProgress& on_layer_loaded,
                                              const QuantizationPlan& quantization, const std::string& mtp_dir,
-                                             bool report_progress) {
+                                             bool report_progress, const ShardPlan& shard, Communicator* communicator) {
   Stopwatch stopwatch;
   ModelConfig config = load_model_config(model_dir);
   std::unique_ptr<Checkpoint> checkpoint = Checkpoint::open(model_dir);
-  ErnieWeights weights = load_ernie_weights(*checkpoint, config, on_layer_loaded);
+  ErnieWeights weights = load_ernie_weights(*checkpoint, config, on_layer_loaded, &shard);
   std::unique_ptr<Checkpoint> mtp_checkpoint;
+  if (!mtp_dir.empty() && shard.sharded()) fail("a separate MTP checkpoint cannot be used with tensor parallelism");
   if (!mtp_dir.empty()) {
     mtp_checkpoint = Checkpoint::open(mtp_dir);
     weights.mtp = load_mtp_weights(*mtp_checkpoint, config);
@@ -85,6 +86,10 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
     const std::string cache_dir = quantized_cache_dir();
     std::vector<std::string> sources = {model_dir};
     if (!mtp_dir.empty()) sources.push_back(mtp_dir);
+    // Each rank packs its own slices: they are cached apart.
+    if (shard.sharded())
+      sources.push_back("shard " + std::to_string(shard.rank) + "/" + std::to_string(shard.size) +
+                        (shard.expert_parallel ? " ep" : ""));
     const std::string key = cache_dir.empty() ? "" : quantized_cache_key(sources, quantization);
     const std::string cache_path = cache_dir.empty() ? "" : quantized_cache_path(cache_dir, key);
     if (!cache_path.empty()) cached = load_quantized_cache(cache_path, key, weights);
@@ -119,7 +124,7 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
   }
   report.weight_bytes = resident_weight_bytes(weights);
   auto model = std::make_unique<ErnieModel>(std::move(config), std::move(checkpoint), std::move(weights), pool,
-                                            quantization.kv_cache);
+                                            quantization.kv_cache, shard, communicator);
   model->mtp_checkpoint_ = std::move(mtp_checkpoint);
   model->quantized_cache_ = std::move(cached);
   report.seconds = stopwatch.seconds();
@@ -128,8 +133,11 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
 }
 
 ErnieModel::ErnieModel(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ErnieWeights weights,
-                       ThreadPool& pool, KvStorage kv_storage)
+                       ThreadPool& pool, KvStorage kv_storage, const ShardPlan& shard, Communicator* communicator)
     : config_(std::move(config)),
+      shard_(shard),
+      shape_(shard_shape(config_, shard)),
+      communicator_(communicator),
       checkpoint_(std::move(checkpoint)),
       weights_(std::move(weights)),
       pool_(pool),
@@ -137,6 +145,13 @@ ErnieModel::ErnieModel(ModelConfig config, std::unique_ptr<Checkpoint> checkpoin
       rope_inv_freq_(rope_inverse_frequencies(config_.head_dim, config_.rope_theta)) {
   if (config_.vl.has_value() != weights_.vision.has_value())
     fail("an ERNIE-4.5-VL config needs vision tower weights, and only it has them");
+  if (shard_.sharded() && (communicator_ == nullptr || communicator_->size() != shard_.size ||
+                           communicator_->rank() != shard_.rank))
+    fail("internal: a model sharded as rank ", shard_.rank, " of ", shard_.size, " needs a communicator of that rank and size");
+}
+
+void ErnieModel::all_reduce(float* data, int64_t count) {
+  if (shard_.sharded()) communicator_->all_reduce_sum(data, static_cast<size_t>(count));
 }
 
 std::vector<float> ErnieModel::encode_vision(const ImagePatches& patches, ThreadPool& pool) {
@@ -145,7 +160,8 @@ std::vector<float> ErnieModel::encode_vision(const ImagePatches& patches, Thread
 }
 
 size_t ErnieModel::kv_row_bytes() const {
-  return ernie::kv_row_bytes(kv_storage_, config_.num_key_value_heads, config_.head_dim);
+  // Each rank's cache holds only its own KV heads.
+  return ernie::kv_row_bytes(kv_storage_, shape_.kv_heads, config_.head_dim);
 }
 
 std::unique_ptr<KvCache> ErnieModel::new_kv_cache() const {
@@ -203,7 +219,7 @@ void ErnieModel::plan_batch(const ForwardBatch& batch) {
     for (int32_t i = 0; i < chunk.num_tokens; ++i)
       slots_[static_cast<size_t>(chunk.first_token + i)] = {&chunk, chunk.start_position + i};
     for (int32_t first = 0; first < chunk.num_tokens; first += kAttentionQueryTile)
-      for (int32_t head = 0; head < config_.num_key_value_heads; ++head)
+      for (int32_t head = 0; head < shape_.kv_heads; ++head)
         attention_items_.push_back({static_cast<int32_t>(s), head, chunk.first_token + first,
                                     std::min(kAttentionQueryTile, chunk.num_tokens - first)});
   }
@@ -278,6 +294,7 @@ std::vector<float>& ErnieModel::forward(const ForwardBatch& batch) {
 std::vector<float>& ErnieModel::forward_mtp(const ForwardBatch& batch, std::span<const float> hidden,
                                             bool normalize_hidden) {
   if (weights_.mtp.empty()) return LanguageModel::forward_mtp(batch, hidden, normalize_hidden);
+  if (shard_.sharded()) fail("internal: MTP drafting runs in one process only");
   const MtpWeights& mtp = weights_.mtp.front();
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
   const int64_t h = config_.hidden_size;
@@ -322,6 +339,7 @@ void ErnieModel::decoder_layer(const DecoderLayerWeights& layer, int kv_layer, c
   float* block_out = block_out_.data();
   for_rows(n, [&](int64_t t0, int64_t t1) { rms_norm(x + t0 * h, t1 - t0, h, layer.input_norm.data(), eps, normed + t0 * h); });
   attention_block(layer, kv_layer, batch, block_out);
+  all_reduce(block_out, n * h);
   for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, block_out + t0 * h, 1.0f, (t1 - t0) * h); });
 
   for_rows(n, [&](int64_t t0, int64_t t1) {
@@ -334,6 +352,7 @@ void ErnieModel::decoder_layer(const DecoderLayerWeights& layer, int kv_layer, c
     input_.reset(normed, n, h);
     mlp_block(*layer.mlp, input_, block_out);
   }
+  all_reduce(block_out, n * h);
   for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, block_out + t0 * h, 1.0f, (t1 - t0) * h); });
 }
 
@@ -346,9 +365,35 @@ std::vector<float>& ErnieModel::head_logits(const float* x, std::span<const int3
   for (int64_t r = 0; r < rows; ++r) std::copy_n(x + rows_wanted[static_cast<size_t>(r)] * h, h, last + r * h);
   rms_norm(last, rows, h, weights_.final_norm.data(), static_cast<float>(config_.rms_norm_eps), last);
   const int64_t v = config_.vocab_size;
-  // The result is exactly rows x V, so the caller can use its size.
-  logits_.resize(static_cast<size_t>(rows * v));
-  matmul(pool_, last, rows, head, logits_.data());
+  if (shard_.sharded()) {
+    // Each rank projects onto its vocabulary rows; rank 0 gathers them (rank-major) and
+    // lays each row of logits out whole. The other ranks return their part.
+    const int64_t mine = head.rows;
+    float* local = sized(local_logits_, rows * mine);
+    matmul(pool_, last, rows, head, local);
+    std::vector<int>& counts = gather_counts_;
+    counts.clear();
+    for (const int count : shape_.vocab_counts) counts.push_back(static_cast<int>(count * rows));
+    std::vector<float>& parts = gathered_logits_;
+    if (communicator_->rank() == 0) parts.resize(static_cast<size_t>(rows * v));
+    communicator_->gather(local, counts, parts.data(), 0);
+    if (communicator_->rank() != 0) {
+      logits_.assign(local, local + rows * mine);
+      return logits_;
+    }
+    logits_.resize(static_cast<size_t>(rows * v));
+    int64_t offset = 0, first = 0;
+    for (const int count : shape_.vocab_counts) {
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy_n(parts.data() + offset + r * count, count, logits_.data() + r * v + first);
+      offset += static_cast<int64_t>(count) * rows;
+      first += count;
+    }
+  } else {
+    // The result is exactly rows x V, so the caller can use its size.
+    logits_.resize(static_cast<size_t>(rows * v));
+    matmul(pool_, last, rows, head, logits_.data());
+  }
   if (config_.ori_vocab_size) {
     // FastDeploy masks the padding rows of the vocabulary.
     for (int64_t r = 0; r < rows; ++r)
@@ -361,8 +406,9 @@ std::vector<float>& ErnieModel::head_logits(const float* x, std::span<const int3
 void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_index, const ForwardBatch& batch,
                                  float* out) {
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
-  const int heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, hd = config_.head_dim;
-  const int64_t q_width = config_.q_width(), kv_width = config_.kv_width();
+  // This rank's heads (all of them in one process).
+  const int heads = shape_.heads, kv_heads = shape_.kv_heads, hd = config_.head_dim;
+  const int64_t q_width = static_cast<int64_t>(heads) * hd, kv_width = static_cast<int64_t>(kv_heads) * hd;
   float* q = sized(q_, n * q_width);
   float* k = sized(k_, n * kv_width);
   float* v = sized(v_, n * kv_width);
@@ -511,14 +557,16 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
   // Each expert runs on its gathered tokens and scatters back scaled by its weight.
   for (int expert = 0; expert < e; ++expert) {
     const int64_t tokens = count[expert];
-    if (tokens == 0) continue;
+    const MlpWeights& weights = moe.experts[static_cast<size_t>(expert)];
+    // Expert parallelism: another rank runs this expert (its share comes in the all-reduce).
+    if (tokens == 0 || weights.gate.empty()) continue;
     const Routing* mine = routed + offset[expert];
     float* gathered = sized(expert_in_, tokens * h);
     for (int64_t i = 0; i < tokens; ++i) std::copy_n(input + mine[i].token * h, h, gathered + i * h);
     float* expert_out = sized(expert_out_, tokens * h);
     std::fill_n(expert_out, tokens * h, 0.0f);
     expert_input_.reset(gathered, tokens, h);
-    mlp_block(moe.experts[static_cast<size_t>(expert)], expert_input_, expert_out);
+    mlp_block(weights, expert_input_, expert_out);
     for (int64_t i = 0; i < tokens; ++i) add_scaled(out + mine[i].token * h, expert_out + i * h, mine[i].weight, h);
   }
 }

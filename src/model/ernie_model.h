@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "kernels/flash_attention.h"
 #include "kernels/matmul.h"
 #include "model/checkpoint.h"
@@ -19,6 +20,7 @@
 #include "model/language_model.h"
 #include "model/quantization.h"
 #include "model/vision_encoder.h"
+#include "model/weight_sharding.h"
 #include "util/thread_pool.h"
 
 namespace ernie {
@@ -48,13 +50,18 @@ class ErnieModel final : public LanguageModel {
   // checkpoint whose MTP head replaces the main checkpoint's (empty: none).
   // `report_progress`: show the bytes quantized, or - unquantized, when the weights fit
   // in memory - read them in now with the bytes read shown (util/progress.h).
+  // `shard` and `communicator`: under tensor/expert parallelism, the part of the model
+  // this rank holds and the link to the other ranks (which must run every forward pass
+  // with it: the partial sums are all-reduced, and the logits gathered on rank 0).
   static std::unique_ptr<ErnieModel> load(const std::string& model_dir, ThreadPool& pool,
                                           const LayerProgress& on_layer_loaded = nullptr,
                                           const QuantizationPlan& quantization = {}, const std::string& mtp_dir = "",
-                                          bool report_progress = false);
+                                          bool report_progress = false, const ShardPlan& shard = {},
+                                          Communicator* communicator = nullptr);
 
   ErnieModel(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ErnieWeights weights, ThreadPool& pool,
-             KvStorage kv_storage = KvStorage::kF32);
+             KvStorage kv_storage = KvStorage::kF32, const ShardPlan& shard = {}, Communicator* communicator = nullptr);
+  const ShardPlan& shard() const { return shard_; }
 
   const ModelConfig& config() const override { return config_; }
   const ErnieWeights& weights() const { return weights_; }
@@ -68,7 +75,8 @@ class ErnieModel final : public LanguageModel {
   std::unique_ptr<KvCache> new_kv_cache() const;
 
   // Runs the batch, writing its keys and values into the caches, and returns the logits
-  // of batch.logit_rows as [logit_rows.size(), vocab_size], row-major. The returned
+  // of batch.logit_rows as [logit_rows.size(), vocab_size], row-major (under tensor
+  // parallelism on rank 0 only; the other ranks get their vocabulary part). The returned
   // buffer belongs to the model (callers may modify it, e.g. to apply penalties) and is
   // overwritten by the next call. Buffers grow to
   // the largest batch seen and are then reused: a forward pass over a batch no larger
@@ -126,7 +134,16 @@ class ErnieModel final : public LanguageModel {
   // The MoE part of a decoder layer: routed experts (per modality for VL) and shared ones.
   void moe_block(const DecoderLayerWeights& layer, const ForwardBatch& batch, float* out);
 
+  // The row-parallel partial sums of a block, summed over the ranks (no-op in one process).
+  void all_reduce(float* data, int64_t count);
+
   ModelConfig config_;
+  ShardPlan shard_;
+  ShardShape shape_;             // this rank's heads, KV heads and vocabulary rows
+  Communicator* communicator_;  // null: the whole model in this process
+  std::vector<float> local_logits_;     // this rank's vocabulary part, before the gather
+  std::vector<float> gathered_logits_;  // rank 0: every rank's part, rank-major
+  std::vector<int> gather_counts_;
   std::unique_ptr<Checkpoint> checkpoint_;  // keeps zero-copy weights mapped
   std::unique_ptr<Checkpoint> mtp_checkpoint_;  // the same for an MTP head loaded from elsewhere
   std::unique_ptr<SafetensorsFile> quantized_cache_;  // packed weights mapped from the cache

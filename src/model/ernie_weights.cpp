@@ -4,6 +4,7 @@
 
 #include "model/prequantized.h"
 #include "model/weight_reader.h"
+#include "model/weight_sharding.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -175,7 +176,14 @@ std::vector<MtpWeights> load_mtp_weights(Checkpoint& checkpoint, const ModelConf
 }
 
 ErnieWeights load_ernie_weights(Checkpoint& checkpoint, const ModelConfig& config,
-                                const LayerProgress& on_layer_loaded) {
+                                const LayerProgress& on_layer_loaded, const ShardPlan* shard) {
+  const bool sharded = shard != nullptr && shard->sharded();
+  if (sharded) {
+    shard_shape(config, *shard);  // refuses a model that does not divide, before reading anything
+    if (is_prequantized(checkpoint))
+      fail("tensor parallelism slices the weights before quantizing them, and this checkpoint was written by "
+           "`ernie quantize`: serve the original checkpoint with --quantization instead");
+  }
   ErnieWeights weights;
   weights.layout = detect_layout(checkpoint, config);
   WeightReader reader(checkpoint, weights.layout);
@@ -188,12 +196,18 @@ ErnieWeights load_ernie_weights(Checkpoint& checkpoint, const ModelConfig& confi
   for (int layer = 0; layer < config.num_hidden_layers; ++layer) {
     weights.layers.push_back(
         read_layer(reader, "layers." + std::to_string(layer) + ".", config, config.is_moe_layer(layer)));
+    if (sharded) shard_layer(weights.layers.back(), config, *shard);
     if (on_layer_loaded) on_layer_loaded(layer + 1, config.num_hidden_layers);
   }
   weights.final_norm = reader.vector("norm.weight", h);
   weights.lm_head = read_lm_head(reader, checkpoint, config, weights.embedding);
+  if (sharded) weights.lm_head = shard_lm_head(weights.lm_head, config, *shard);
 
   weights.mtp = read_mtp(reader, config);
+  if (sharded && !weights.mtp.empty()) {
+    log_info("tensor parallelism: the checkpoint's MTP head is not loaded (MTP drafting runs in one process only)");
+    weights.mtp.clear();
+  }
   if (config.vl) weights.vision = read_vision_tower(checkpoint, weights.layout, config);
   if (config.num_nextn_predict_layers > 0 && weights.mtp.empty())
     log_info("config.json declares ", config.num_nextn_predict_layers,

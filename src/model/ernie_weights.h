@@ -93,9 +93,12 @@ struct ErnieWeights {
 // Reads every tensor the config calls for, checking names and shapes; refuses a
 // checkpoint with missing, wrongly shaped or unexpected tensors, naming each.
 // `on_layer_loaded(done, total)` reports progress after each decoder layer.
+// `shard`: under tensor/expert parallelism, only this rank's part of each layer and of
+// the LM head is kept (model/weight_sharding.h), layer by layer as they are read.
 using LayerProgress = std::function<void(int done, int total)>;
+struct ShardPlan;
 ErnieWeights load_ernie_weights(Checkpoint& checkpoint, const ModelConfig& config,
-                                const LayerProgress& on_layer_loaded = nullptr);
+                                const LayerProgress& on_layer_loaded = nullptr, const ShardPlan* shard = nullptr);
 
 // The MTP head(s) of a checkpoint kept apart from the main one (speculative config
 // "model"), in either layout; its other tensors are not read.

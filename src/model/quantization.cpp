@@ -167,7 +167,8 @@ int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, Thread
                                 : role == LinearRole::kExpert ? plan.experts
                                                               : plan.head;
     // Linears a pre-quantized checkpoint already holds packed stay as they are.
-    if (format != WeightFormat::kDense && matrix.dense()) work.push_back({&matrix, format});
+    // Expert parallelism leaves other ranks' experts empty.
+    if (format != WeightFormat::kDense && matrix.dense() && !matrix.empty()) work.push_back({&matrix, format});
   });
   std::vector<char> kept_dense(work.size(), 0);
   std::optional<ByteProgress> progress;
@@ -186,8 +187,13 @@ int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, Thread
       }
       const WeightMatrix source = *matrix;
       *matrix = quantize_weight(source, format);
-      // The tied head's source is the embedding, which lookups still read.
-      if (source.data != weights.embedding.data) release_mapped_pages(source);
+      // The tied head's source is the embedding (or, under tensor parallelism, a slice of
+      // it), which lookups still read.
+      const auto* first = static_cast<const uint8_t*>(source.data);
+      const auto* embedding = static_cast<const uint8_t*>(weights.embedding.data);
+      const bool in_embedding = embedding != nullptr && first >= embedding &&
+                                first < embedding + weights.embedding.rows * weights.embedding.row_bytes();
+      if (!in_embedding) release_mapped_pages(source);
     }
   });
   int kept = 0;

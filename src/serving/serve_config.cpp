@@ -64,6 +64,9 @@ std::vector<FlagInfo> serve_flags() {
       flag("max-logprobs", "N", "most top_logprobs / prompt_logprobs a request may ask for; -1: the vocabulary size", "20"),
       flag("reasoning-parser", "NAME", "ernie_x1 (alias ernie-x1) or ernie-45-vl"),
       flag("tool-call-parser", "NAME", "ernie_x1"),
+      flag("ips", "IP,IP,...",
+           "with --tensor-parallel-size: the machines the ranks run on, the master first (given to mpirun as -H; "
+           "docs/parallelism.md)"),
       flag("timeout-graceful-shutdown", "SECONDS", "on SIGINT/SIGTERM, wait this long for in-flight requests", "30"),
       cpu("workers", "N", "one process serves every connection with asynchronous IO"),
       cpu("use-cudagraph", "", "on anyway: the CPU counterpart of a captured graph - a persistent thread pool and step buffers planned once and reused, so a step starts no thread and allocates nothing - is always used"),
@@ -82,7 +85,6 @@ std::vector<FlagInfo> serve_flags() {
       cpu("lm_head-fp32", "", "the vocabulary projection already accumulates in fp32"),
       cpu("moe-gate-fp32", "", "the MoE router already runs in fp32"),
       cpu("model-loader-extra-config", "JSON", "checkpoints are memory-mapped; the JSON is checked and otherwise unused"),
-      later("tensor-parallel-size", "N", "tensor parallelism over MPI arrives later; this server runs the whole model in one process"),
       later("splitwise-role", "ROLE", "prefill/decode disaggregation arrives later; this server runs as \"mixed\""),
       later("innode-prefill-ports", "PORTS", "prefill/decode disaggregation arrives later"),
       flag("limit-mm-per-prompt", "JSON", "most images and videos in one prompt, e.g. '{\"image\": 100, \"video\": 100}'",
@@ -95,7 +97,6 @@ std::vector<FlagInfo> serve_flags() {
            "auto"),
       flag("guided-decoding-disable-any-whitespace", "",
            "JSON constraints allow no free whitespace: compact JSON with one space after ':' and ','"),
-      later("enable-expert-parallel", "", "expert parallelism arrives with tensor parallelism"),
       later("dynamic-load-weight", "", "weight hot-swapping is not supported"),
   };
   for (OptionSpec& spec : engine_option_specs()) flags.push_back({std::move(spec), FlagRole::kImplemented, ""});
@@ -173,8 +174,7 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
     if (info.role == FlagRole::kImplemented || !args.has(info.spec.name)) continue;
     const std::string value = info.spec.value_name.empty() ? "" : args.get(info.spec.name);
     check_flag_value(info.spec.name, value);
-    const bool inert_value = (info.spec.name == "tensor-parallel-size" && value == "1") ||
-                             (info.spec.name == "splitwise-role" && value == "mixed");
+    const bool inert_value = info.spec.name == "splitwise-role" && value == "mixed";
     if (inert_value) continue;
     log_info("--", info.spec.name, value.empty() ? "" : " " + value, ": ", info.note);
   }

@@ -70,7 +70,44 @@ const std::vector<uint32_t>& TokenTrie::mask(GrammarMatcher& matcher, int32_t st
       state = matcher.step_id(state, static_cast<uint8_t>(literal.text[i]));
     if (state != GrammarMatcher::kDead && static_cast<size_t>(literal.id) < vocab_size_) allow(literal.id);
   }
-  std::vector<std::pair<uint32_t, int32_t>> stack = {{0u, start}};
+  // A state that most bytes lead back to (inside a JSON string) allows every token made
+  // of those bytes: take them all at once and walk only the subtrees holding a token
+  // with another byte (a quote, a backslash).
+  ByteSet loop;
+  size_t loop_bytes = 0;
+  for (int byte = 0; byte < 256; ++byte) {
+    if (matcher.step_id(start, static_cast<uint8_t>(byte)) != start) continue;
+    loop.add(static_cast<uint8_t>(byte));
+    ++loop_bytes;
+  }
+  if (loop_bytes < kMinLoopBytes) {
+    walk(matcher, 0, start, mask);
+    return mask;
+  }
+  const LoopTokens& inside = loop_tokens(loop);
+  for (size_t w = 0; w < mask.size(); ++w) mask[w] |= inside.inside[w];
+  std::vector<uint32_t> stack = {0u};  // nodes whose path stays in the loop (state `start`)
+  while (!stack.empty()) {
+    const Node& n = nodes_[stack.back()];
+    stack.pop_back();
+    for (uint32_t c = n.first_child; c < n.first_child + n.child_count; ++c) {
+      if (!inside.mixed[c] && loop.contains(nodes_[c].byte)) continue;  // all allowed already
+      if (loop.contains(nodes_[c].byte)) {
+        stack.push_back(c);
+        continue;
+      }
+      const int32_t next = matcher.step_id(start, nodes_[c].byte);
+      if (next == GrammarMatcher::kDead) continue;
+      for (uint32_t t = nodes_[c].first_token; t < nodes_[c].first_token + nodes_[c].token_count; ++t)
+        mask[static_cast<size_t>(tokens_[t]) >> 5] |= 1u << (tokens_[t] & 31);
+      walk(matcher, c, next, mask);
+    }
+  }
+  return mask;
+}
+
+void TokenTrie::walk(GrammarMatcher& matcher, uint32_t root, int32_t state, std::vector<uint32_t>& mask) const {
+  std::vector<std::pair<uint32_t, int32_t>> stack = {{root, state}};
   while (!stack.empty()) {
     const auto [node, current] = stack.back();
     stack.pop_back();
@@ -79,11 +116,42 @@ const std::vector<uint32_t>& TokenTrie::mask(GrammarMatcher& matcher, int32_t st
       const Node& child = nodes_[c];
       const int32_t next = matcher.step_id(current, child.byte);
       if (next == GrammarMatcher::kDead) continue;
-      for (uint32_t t = child.first_token; t < child.first_token + child.token_count; ++t) allow(tokens_[t]);
+      for (uint32_t t = child.first_token; t < child.first_token + child.token_count; ++t)
+        mask[static_cast<size_t>(tokens_[t]) >> 5] |= 1u << (tokens_[t] & 31);
       if (child.child_count > 0) stack.emplace_back(c, next);
     }
   }
-  return mask;
+}
+
+const TokenTrie::LoopTokens& TokenTrie::loop_tokens(const ByteSet& loop) const {
+  std::lock_guard lock(loop_mutex_);
+  for (const auto& [set, tokens] : loops_)
+    if (set == loop) return *tokens;
+  if (loops_.size() >= kMaxLoopSets) loops_.clear();  // callers hold no reference across calls
+  auto tokens = std::make_unique<LoopTokens>();
+  tokens->inside.assign((vocab_size_ + 31) / 32, 0u);
+  tokens->mixed.assign(nodes_.size(), false);
+  // Parents come before their children (breadth-first order): "inside" flows down ...
+  std::vector<bool> inside(nodes_.size(), false);
+  inside[0] = true;
+  for (uint32_t node = 0; node < nodes_.size(); ++node) {
+    const Node& n = nodes_[node];
+    if (node != 0) inside[node] = inside[node] && loop.contains(n.byte);
+    if (inside[node])
+      for (uint32_t t = n.first_token; t < n.first_token + n.token_count; ++t)
+        tokens->inside[static_cast<size_t>(tokens_[t]) >> 5] |= 1u << (tokens_[t] & 31);
+    for (uint32_t c = n.first_child; c < n.first_child + n.child_count; ++c) inside[c] = inside[node];
+  }
+  // ... and "mixed" flows up.
+  for (size_t node = nodes_.size(); node-- > 0;) {
+    const Node& n = nodes_[node];
+    bool mixed = false;
+    for (uint32_t c = n.first_child; c < n.first_child + n.child_count && !mixed; ++c)
+      mixed = tokens->mixed[c] || !loop.contains(nodes_[c].byte);
+    tokens->mixed[node] = mixed;
+  }
+  loops_.emplace_back(loop, std::move(tokens));
+  return *loops_.back().second;
 }
 
 std::vector<std::string> vocabulary_bytes(const Tokenizer& tokenizer, int64_t vocab_size) {

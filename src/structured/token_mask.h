@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,10 +47,27 @@ class TokenTrie {
     uint32_t first_token = 0, token_count = 0;  // tokens ending here, in `tokens_`
     uint8_t byte = 0;                           // the edge into this node
   };
+  // For a set of bytes B that lead a state back to itself (a JSON string's characters):
+  // the tokens made only of bytes in B, which such a state always allows, and per node
+  // whether some token below it has a byte outside B, the only subtrees the walk from
+  // that state must visit.
+  struct LoopTokens {
+    std::vector<uint32_t> inside;  // mask of the tokens whose every byte is in B
+    std::vector<bool> mixed;       // per node: a token below has a byte outside B
+  };
+  const LoopTokens& loop_tokens(const ByteSet& loop) const;
+  static constexpr size_t kMinLoopBytes = 64;  // fewer: an ordinary walk is as quick
+  static constexpr size_t kMaxLoopSets = 64;
+  // Walks the subtree under `node` from matcher state `state`, allowing what it reaches.
+  void walk(GrammarMatcher& matcher, uint32_t node, int32_t state, std::vector<uint32_t>& mask) const;
+
   std::vector<Node> nodes_;  // nodes_[0] is the root
   std::vector<int32_t> tokens_;
   std::vector<int32_t> end_tokens_;
   size_t vocab_size_ = 0;
+  // Loop sets met so far (few per grammar, and the same across grammars); bounded.
+  mutable std::mutex loop_mutex_;
+  mutable std::vector<std::pair<ByteSet, std::unique_ptr<LoopTokens>>> loops_;
 };
 
 // The trie of a model's vocabulary: each token's bytes as they appear in generated text

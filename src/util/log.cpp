@@ -14,6 +14,7 @@ std::atomic<LogLevel> g_level{LogLevel::kInfo};
 std::mutex g_write_mutex;
 bool g_to_stdout = false;        // guarded by g_write_mutex
 std::FILE* g_file = nullptr;     // guarded by g_write_mutex
+std::string g_prefix;            // guarded by g_write_mutex
 
 const char* level_name(LogLevel level) {
   switch (level) {
@@ -57,6 +58,11 @@ std::string one_line(const std::string& message) {
 
 void set_log_level(LogLevel level) { g_level.store(level); }
 
+void set_log_prefix(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(g_write_mutex);
+  g_prefix = prefix;
+}
+
 void set_log_to_stdout(bool to_stdout) {
   std::lock_guard<std::mutex> lock(g_write_mutex);
   g_to_stdout = to_stdout;
@@ -83,10 +89,10 @@ void log_line(LogLevel level, const std::string& raw_message) {
   std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &utc);
   std::lock_guard<std::mutex> lock(g_write_mutex);
   std::FILE* console = g_to_stdout ? stdout : stderr;
-  std::fprintf(console, "%s.%03d %s %s\n", stamp, millis, level_name(level), message.c_str());
+  std::fprintf(console, "%s.%03d %s %s%s\n", stamp, millis, level_name(level), g_prefix.c_str(), message.c_str());
   std::fflush(console);
   if (g_file != nullptr) {
-    std::fprintf(g_file, "%s.%03d %s %s\n", stamp, millis, level_name(level), message.c_str());
+    std::fprintf(g_file, "%s.%03d %s %s%s\n", stamp, millis, level_name(level), g_prefix.c_str(), message.c_str());
     std::fflush(g_file);
   }
 }

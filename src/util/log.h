@@ -17,6 +17,8 @@ void set_log_to_stdout(bool to_stdout);
 // Appends every later line to `path` (directories must exist); throws ernie::Error.
 void add_log_file(const std::string& path);
 LogLevel log_level();
+// Text put before every message (e.g. "[rank 1] " in a tensor-parallel job).
+void set_log_prefix(const std::string& prefix);
 void log_line(LogLevel level, const std::string& message);
 
 template <typename... Parts>

@@ -155,7 +155,8 @@ class QuantizedMatmulTest : public ::testing::TestWithParam<WeightFormat> {};
 TEST_P(QuantizedMatmulTest, MatchesTheReferenceOnOddShapes) {
   ThreadPool pool(2);
   for (const auto& [n, rows, cols] : {Shape{1, 16, 32}, Shape{1, 7, 96}, Shape{2, 300, 1024}, Shape{3, 33, 192},
-                                      Shape{5, 100, 128}, Shape{17, 64, 384}, Shape{130, 50, 256}}) {
+                                      Shape{5, 100, 128}, Shape{17, 64, 384}, Shape{130, 50, 256},
+                                      Shape{130, 256, 128}, Shape{20, 256, 96}, Shape{3, 256, 96}, Shape{130, 64, 160}}) {
     const OwnedDense dense = random_bf16(rows, cols, static_cast<uint64_t>(rows * cols));
     const WeightMatrix q = quantize_weight(dense.matrix, GetParam());
     const std::vector<float> x = random_activations(n, cols, static_cast<uint64_t>(n + cols));

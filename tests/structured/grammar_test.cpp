@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "structured/ebnf.h"
+#include "structured/json_schema.h"
 #include "structured/matcher.h"
 #include "structured/token_mask.h"
 #include "support/test_support.h"
@@ -119,7 +120,9 @@ TEST(GrammarMatcherTest, FollowsAJsonGrammar) {
 
 // The trie mask against brute force: each token's bytes stepped one by one from the same
 // state; end tokens allowed exactly when the text so far is complete.
-TEST(TokenMaskTest, EqualsTheTokenByTokenMask) {
+// Tokens for the mask tests: JSON punctuation, pieces of literals, UTF-8 pieces, and 300
+// random strings over JSON's characters (quotes and backslashes among them).
+std::vector<std::string> mask_test_vocabulary() {
   std::vector<std::string> vocab = {"", "{", "}", "[", "]", ",", ":", " ", "\"", "\"a", "a\"", "ab", "true", "tr",
                                     "ue", "null", "1", "12", "2.", ".5", "e3", "-", "\\u", "00e9", "é", "\xc3", "\xa9",
                                     "{\"", "\":", "\"}", ", \"", "[1", "1]", "😀", "\n", "x"};
@@ -130,12 +133,17 @@ TEST(TokenMaskTest, EqualsTheTokenByTokenMask) {
     for (int n = 1 + static_cast<int>(random() % 4); n > 0; --n) token += alphabet[random() % alphabet.size()];
     vocab.push_back(token);
   }
+  return vocab;
+}
+
+// Holds the trie's mask at the state after each prefix to the brute-force one.
+void expect_masks_match(const Grammar& grammar, const std::vector<std::string>& prefixes) {
+  const std::vector<std::string> vocab = mask_test_vocabulary();
   const int32_t end = 0;  // the empty string: never text, allowed only as the end token
   const TokenTrie trie(vocab, {end});
-  const Grammar grammar = parse_ebnf(kJsonGrammar);
   GrammarMatcher matcher(grammar);
   std::vector<uint32_t> mask;
-  for (const std::string prefix : {"", "{", "{\"a", "{\"a\": [1", "{\"a\": [1, tr", "{\"a\": \"\xc3", "[12", "12", "\"x\""}) {
+  for (const std::string& prefix : prefixes) {
     SCOPED_TRACE(prefix);
     const MatchState state = matcher.step(matcher.start(), prefix);
     ASSERT_FALSE(state.dead());
@@ -149,6 +157,24 @@ TEST(TokenMaskTest, EqualsTheTokenByTokenMask) {
     }
     EXPECT_GT(allowed, 0u);
   }
+}
+
+TEST(TokenMaskTest, EqualsTheTokenByTokenMask) {
+  expect_masks_match(parse_ebnf(kJsonGrammar),
+                     {"", "{", "{\"a", "{\"a\": [1", "{\"a\": [1, tr", "{\"a\": \"\xc3", "[12", "12", "\"x\""});
+}
+
+// Inside a string most bytes lead back to the same state, and the mask takes the tokens
+// made of them at once, walking only the subtrees with other bytes: held to brute force
+// in strings with and without escapes, in keys, after a multi-byte character's first byte
+// and in a bounded string (whose states do not loop).
+TEST(TokenMaskTest, StringStatesMatchTheTokenByTokenMask) {
+  const auto schema = nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string", "maxLength": 3}},
+          "additionalProperties": {"type": "string"}})");
+  expect_masks_match(compile_json_schema(schema),
+                     {"{\"a\": \"", "{\"a\": \"xy", "{\"a\": \"x\\", "{\"a\": \"x\\u00", "{\"a\": \"\xc3",
+                      "{\"a\": \"x\", \"b\": \"1", "{\"a\": \"x\", \"zz", "{\"a\": \"x\", \"zz\": \"q"});
 }
 
 }  // namespace

@@ -1,0 +1,14 @@
+// `--tensor-parallel-size N` from a plain shell: the command starts its own N ranks by
+// running itself again under `mpirun` (Open MPI), so FastDeploy's seed command works as
+// written. Under an MPI launcher already (mpirun by hand, a hostfile, several nodes),
+// nothing happens and each rank goes on.
+#pragma once
+
+namespace ernie {
+
+// Replaces this process with `mpirun -np N ... <the same command line>` when the command
+// line asks for N > 1 ranks and no MPI launcher started this process; returns otherwise.
+// Fails (ernie::Error) when mpirun cannot be started.
+void relaunch_under_mpirun_if_needed(int argc, char** argv);
+
+}  // namespace ernie

@@ -1,10 +1,15 @@
 #include "cli/mpi_launch.h"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -35,6 +40,56 @@ int numa_nodes() {
     if (name.rfind("node", 0) == 0 && name.size() > 4 && std::isdigit(static_cast<unsigned char>(name[4]))) ++nodes;
   }
   return nodes > 0 ? nodes : 1;
+}
+
+// The process of rank 0 among mpirun's children on this machine (Open MPI sets
+// OMPI_COMM_WORLD_RANK in each), or -1.
+pid_t rank_zero(pid_t mpirun) {
+  std::ifstream children("/proc/" + std::to_string(mpirun) + "/task/" + std::to_string(mpirun) + "/children");
+  for (pid_t child; children >> child;) {
+    std::ifstream environ("/proc/" + std::to_string(child) + "/environ");
+    for (std::string entry; std::getline(environ, entry, '\0');)
+      if (entry == "OMPI_COMM_WORLD_RANK=0") return child;
+  }
+  return -1;
+}
+
+// Runs `command` (mpirun) and waits for it. SIGINT and SIGTERM go to rank 0 alone, which
+// shuts the server down gracefully and then stops the other ranks; mpirun, which would
+// signal every rank at once and report the job as aborted, never sees them. Returns the
+// exit status to leave with.
+int supervise(std::vector<std::string>& command) {
+  sigset_t shutdown;
+  sigemptyset(&shutdown);
+  sigaddset(&shutdown, SIGINT);
+  sigaddset(&shutdown, SIGTERM);
+  sigaddset(&shutdown, SIGCHLD);
+  sigset_t previous;
+  pthread_sigmask(SIG_BLOCK, &shutdown, &previous);
+  const pid_t child = fork();
+  if (child < 0) fail("cannot start mpirun: ", std::strerror(errno));
+  if (child == 0) {
+    setpgid(0, 0);  // a terminal's Ctrl-C reaches this supervisor, not mpirun and its ranks
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    std::vector<char*> args;
+    for (std::string& part : command) args.push_back(part.data());
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "error: cannot run mpirun (%s): tensor parallelism needs Open MPI (Debian: openmpi-bin)\n",
+                 std::strerror(errno));
+    std::_Exit(127);
+  }
+  for (;;) {
+    int signal_number = 0;
+    sigwait(&shutdown, &signal_number);
+    if (signal_number == SIGCHLD) {
+      int status = 0;
+      if (waitpid(child, &status, WNOHANG) != child) continue;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    const pid_t target = rank_zero(child);
+    kill(target > 0 ? target : child, signal_number);
+  }
 }
 
 }  // namespace
@@ -69,11 +124,7 @@ void relaunch_under_mpirun_if_needed(int argc, char** argv) {
   std::string shown;
   for (const std::string& part : command) shown += (shown.empty() ? "" : " ") + part;
   log_info("--tensor-parallel-size ", ranks, ": starting the ranks with ", shown);
-  std::vector<char*> args;
-  for (std::string& part : command) args.push_back(part.data());
-  args.push_back(nullptr);
-  execvp(args[0], args.data());
-  fail("cannot run mpirun (", std::strerror(errno), "): tensor parallelism needs Open MPI (Debian: openmpi-bin)");
+  std::exit(supervise(command));
 }
 
 }  // namespace ernie

@@ -6,9 +6,9 @@
 
 namespace ernie {
 
-// Replaces this process with `mpirun -np N ... <the same command line>` when the command
-// line asks for N > 1 ranks and no MPI launcher started this process; returns otherwise.
-// Fails (ernie::Error) when mpirun cannot be started.
+// When the command line asks for N > 1 ranks and no MPI launcher started this process,
+// runs `mpirun -np N ... <the same command line>`, passes SIGINT/SIGTERM to rank 0 (the
+// graceful shutdown) and exits with mpirun's status; returns otherwise.
 void relaunch_under_mpirun_if_needed(int argc, char** argv);
 
 }  // namespace ernie

@@ -103,13 +103,17 @@ int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_
     fail("KV cache: ", blocks, " blocks of ", config.block_size, " tokens hold ",
          static_cast<int64_t>(blocks) * config.block_size, " tokens, but one --max-model-len ", config.max_model_len,
          " sequence needs ", needed_blocks, " blocks");
+  // A tensor-parallel rank keeps kv_heads / N heads, or one replicated head.
+  const int ranks = config.tensor_parallel_size, kv_heads = model.num_key_value_heads;
+  const size_t local_width =
+      static_cast<size_t>(kv_heads >= ranks ? kv_heads / ranks : 1) * static_cast<size_t>(model.head_dim);
   log_info("KV cache: total_block_num ", blocks, " blocks of ", config.block_size, " tokens = ",
            static_cast<int64_t>(blocks) * config.block_size, " tokens, ",
            static_cast<double>(block_bytes) * blocks / (1 << 30), " GiB (",
-           kv_row_bytes >= static_cast<size_t>(model.kv_width()) * sizeof(float)      ? "fp32"
-           : kv_row_bytes == static_cast<size_t>(model.kv_width()) * sizeof(uint16_t) ? "bf16"
-                                                                                       : "int8",
-           ")");
+           kv_row_bytes >= local_width * sizeof(float)      ? "fp32"
+           : kv_row_bytes == local_width * sizeof(uint16_t) ? "bf16"
+                                                           : "int8",
+           config.tensor_parallel_size > 1 ? ", this rank's KV heads" : "", ")");
   return blocks;
 }
 

@@ -48,7 +48,7 @@ ShardShape shard_shape(const ModelConfig& config, const ShardPlan& plan) {
     shape.kv_heads = 1;
     shape.first_kv_head = plan.rank / (n / kv);
   }
-  if (config.vl) fail("tensor parallelism is not available for ERNIE-4.5-VL models yet");
+  if (config.vl && n > 1) fail("tensor parallelism is not available for ERNIE-4.5-VL models yet");
   const bool has_dense_layer = !config.moe || config.moe->layer_start_index > 0 || config.moe->layer_interval > 1 ||
                                config.moe->layer_end_index < config.num_hidden_layers - 1;
   if (has_dense_layer) divides(config.intermediate_size, "intermediate_size");

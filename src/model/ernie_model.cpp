@@ -111,7 +111,9 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
     }
     report.quantize_seconds = quantize_time.seconds();
   }
-  if (report_progress && (prequantized || !quantization.quantizes_weights())) {
+  // A tensor-parallel rank reads only its slices, on first use: reading the whole
+  // checkpoint in would give every rank all of it.
+  if (report_progress && !shard.sharded() && (prequantized || !quantization.quantizes_weights())) {
     // Mapped weights come in from disk on first use; reading them now (when they fit)
     // keeps the first request from paying for it and shows how far loading is.
     const uint64_t bytes = checkpoint->total_tensor_bytes();

@@ -145,6 +145,8 @@ void for_each_linear(Weights& weights, Visit visit) {
   visit(weights.lm_head, LinearRole::kHead);
 }
 
+}  // namespace
+
 // A zero-copy view's pages in the checkpoint mapping were read while quantizing it and
 // would stay resident; once the quantized copy replaces it they go back to the kernel
 // (the page cache keeps them, the process's RSS does not). Only whole pages inside the
@@ -157,8 +159,6 @@ void release_mapped_pages(const WeightMatrix& view) {
   const uintptr_t end = (first + static_cast<uintptr_t>(view.rows) * view.row_bytes()) / page * page;
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
-
-}  // namespace
 
 int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool, bool report_progress) {
   std::vector<std::pair<WeightMatrix*, WeightFormat>> work;

@@ -50,6 +50,11 @@ QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& c
 // `report_progress`: bytes quantized so far on stderr (util/progress.h).
 int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool, bool report_progress = false);
 
+// Gives the pages of a zero-copy view of the checkpoint mapping back to the kernel once
+// a copy replaces it (they were read making the copy and would stay in the process's RSS;
+// the page cache keeps them). Owned matrices are left alone.
+void release_mapped_pages(const WeightMatrix& view);
+
 // Every Linear weight of the text decoder and MTP head (not the embedding, the routers
 // or the vision tower), always in the same order: what quantization and its cache visit.
 std::vector<WeightMatrix*> linear_weights(ErnieWeights& weights);

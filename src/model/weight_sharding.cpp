@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "model/quantization.h"
 #include "util/error.h"
 
 namespace ernie {
@@ -92,6 +93,7 @@ WeightMatrix shard_columns(const WeightMatrix& matrix, int64_t first, int64_t co
   slice.cols = count;
   slice.data = owned.get();
   slice.storage = std::shared_ptr<const void>(owned, owned.get());
+  release_mapped_pages(matrix);  // the whole was read to copy the slice
   return slice;
 }
 

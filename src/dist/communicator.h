@@ -24,6 +24,13 @@ class Communicator {
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // Every rank's `bytes` bytes to every rank: out holds size() * bytes, rank order.
   virtual void all_gather_bytes(const void* data, size_t bytes, void* out) = 0;
+  // Every rank's `counts[rank()]` floats to every rank: out holds them all, rank order.
+  virtual void all_gather(const float* data, std::span<const int> counts, float* out) = 0;
+  // Personalised exchange: `send_bytes[r]` bytes (consecutive in `send`, rank order) go to
+  // rank r, and `receive_bytes[r]` come from it into `receive` (expert parallelism's
+  // dispatch and combine).
+  virtual void all_to_all(const void* send, std::span<const int> send_bytes, void* receive,
+                          std::span<const int> receive_bytes) = 0;
   // Bytes moved by all_reduce_sum and gather so far, and the seconds they took (for the
   // communication share of a step).
   virtual uint64_t bytes_communicated() const = 0;

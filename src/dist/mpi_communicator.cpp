@@ -31,6 +31,13 @@ int environment_int(const char* const names[], int fallback) {
 constexpr const char* kSizeVariables[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", nullptr};
 constexpr const char* kRankVariables[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", nullptr};
 
+// Offsets of consecutive blocks of `counts`.
+std::vector<int> displacements_of(std::span<const int> counts) {
+  std::vector<int> displacements(counts.size(), 0);
+  for (size_t r = 1; r < counts.size(); ++r) displacements[r] = displacements[r - 1] + counts[r - 1];
+  return displacements;
+}
+
 class Timer {
  public:
   explicit Timer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
@@ -82,8 +89,7 @@ void MpiCommunicator::all_reduce_sum(float* data, size_t count) {
 
 void MpiCommunicator::gather(const float* data, std::span<const int> counts, float* out, int root) {
   const Timer timer(seconds_);
-  std::vector<int> displacements(counts.size(), 0);
-  for (size_t r = 1; r < counts.size(); ++r) displacements[r] = displacements[r - 1] + counts[r - 1];
+  const std::vector<int> displacements = displacements_of(counts);
   bytes_ += static_cast<uint64_t>(counts[static_cast<size_t>(rank_)]) * sizeof(float);
   check(MPI_Gatherv(data, counts[static_cast<size_t>(rank_)], MPI_FLOAT, out, counts.data(), displacements.data(),
                     MPI_FLOAT, root, MPI_COMM_WORLD),
@@ -96,6 +102,25 @@ void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
     const int piece = static_cast<int>(std::min(kMaxChunk, bytes - done));
     check(MPI_Bcast(bytes_out + done, piece, MPI_BYTE, root, MPI_COMM_WORLD), "broadcast");
   }
+}
+
+void MpiCommunicator::all_gather(const float* data, std::span<const int> counts, float* out) {
+  const Timer timer(seconds_);
+  bytes_ += static_cast<uint64_t>(counts[static_cast<size_t>(rank_)]) * sizeof(float);
+  const std::vector<int> displacements = displacements_of(counts);
+  check(MPI_Allgatherv(data, counts[static_cast<size_t>(rank_)], MPI_FLOAT, out, counts.data(), displacements.data(),
+                       MPI_FLOAT, MPI_COMM_WORLD),
+        "all-gather");
+}
+
+void MpiCommunicator::all_to_all(const void* send, std::span<const int> send_bytes, void* receive,
+                                 std::span<const int> receive_bytes) {
+  const Timer timer(seconds_);
+  for (const int count : send_bytes) bytes_ += static_cast<uint64_t>(count);
+  const std::vector<int> send_at = displacements_of(send_bytes), receive_at = displacements_of(receive_bytes);
+  check(MPI_Alltoallv(send, send_bytes.data(), send_at.data(), MPI_BYTE, receive, receive_bytes.data(),
+                      receive_at.data(), MPI_BYTE, MPI_COMM_WORLD),
+        "all-to-all");
 }
 
 void MpiCommunicator::all_gather_bytes(const void* data, size_t bytes, void* out) {

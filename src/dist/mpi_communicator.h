@@ -32,6 +32,9 @@ class MpiCommunicator final : public Communicator {
   void gather(const float* data, std::span<const int> counts, float* out, int root) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void all_gather_bytes(const void* data, size_t bytes, void* out) override;
+  void all_gather(const float* data, std::span<const int> counts, float* out) override;
+  void all_to_all(const void* send, std::span<const int> send_bytes, void* receive,
+                  std::span<const int> receive_bytes) override;
   uint64_t bytes_communicated() const override { return bytes_; }
   double seconds_communicating() const override { return seconds_; }
   // This rank's host name, for messages.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <thread>
@@ -348,13 +349,17 @@ void ErnieModel::decoder_layer(const DecoderLayerWeights& layer, int kv_layer, c
     rms_norm(x + t0 * h, t1 - t0, h, layer.post_attention_norm.data(), eps, normed + t0 * h);
   });
   std::fill_n(block_out, n * h, 0.0f);
-  if (layer.moe) {
-    moe_block(layer, batch, block_out);
+  if (layer.moe && shard_.sharded() && shard_.expert_parallel) {
+    expert_parallel_moe(*layer.moe, n, block_out);  // complete on every rank already
   } else {
-    input_.reset(normed, n, h);
-    mlp_block(*layer.mlp, input_, block_out);
+    if (layer.moe) {
+      moe_block(layer, batch, block_out);
+    } else {
+      input_.reset(normed, n, h);
+      mlp_block(*layer.mlp, input_, block_out);
+    }
+    all_reduce(block_out, n * h);
   }
-  all_reduce(block_out, n * h);
   for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, block_out + t0 * h, 1.0f, (t1 - t0) * h); });
 }
 
@@ -510,7 +515,7 @@ void ErnieModel::moe_block(const DecoderLayerWeights& layer, const ForwardBatch&
   }
 }
 
-void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64_t n, float* out) {
+void ErnieModel::route(const MoeWeights& moe, const float* input, int64_t n) {
   const MoeConfig& moe_config = *config_.moe;
   const int64_t h = config_.hidden_size;
   const int e = moe_config.num_experts, top_k = moe_config.top_k;
@@ -519,8 +524,7 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
   matmul(pool_, input, n, f32_matrix_view(moe.router.data(), e, h), router_logits);
 
   // Route every token (spec §3 steps 2-4): select by p + bias, weigh by the unbiased p
-  // renormalised over the chosen experts. Then group the (token, weight) pairs by
-  // expert so each expert's weights stream once for all its tokens.
+  // renormalised over the chosen experts.
   float* probs = sized(probs_, e);
   float* scores = sized(scores_, e);
   int32_t* order = sized(order_, e);
@@ -545,6 +549,18 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
       ++count[order[j]];
     }
   }
+}
+
+void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64_t n, float* out) {
+  const MoeConfig& moe_config = *config_.moe;
+  const int64_t h = config_.hidden_size;
+  const int e = moe_config.num_experts, top_k = moe_config.top_k;
+  route(moe, input, n);
+  const int32_t* chosen = chosen_expert_.data();
+  const float* chosen_weight = chosen_weight_.data();
+  int32_t* count = expert_count_.data();
+  // Group the (token, weight) pairs by expert so each expert's weights stream once for
+  // all its tokens.
   int32_t* offset = sized(expert_offset_, e + 1);
   offset[0] = 0;
   for (int i = 0; i < e; ++i) offset[i + 1] = offset[i] + count[i];
@@ -571,6 +587,101 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
     mlp_block(weights, expert_input_, expert_out);
     for (int64_t i = 0; i < tokens; ++i) add_scaled(out + mine[i].token * h, expert_out + i * h, mine[i].weight, h);
   }
+}
+
+void ErnieModel::expert_parallel_moe(const MoeWeights& moe, int64_t n, float* out) {
+  const int64_t h = config_.hidden_size;
+  const int ranks = shard_.size, rank = shard_.rank;
+  const int top_k = config_.moe->top_k, per_rank = config_.moe->num_experts / ranks;
+  // The shared experts are a tensor-parallel MLP: partial sums, all-reduced.
+  if (moe.shared) {
+    input_.reset(normed_.data(), n, h);
+    mlp_block(*moe.shared, input_, out);
+    all_reduce(out, n * h);
+  }
+  // This rank routes its share of the tokens, [first, first + mine).
+  std::vector<int>& shares = ep_counts_;
+  shares.assign(static_cast<size_t>(4 * ranks), 0);
+  const auto share_of = [&](int r) { return n * r / ranks; };
+  const int64_t first = share_of(rank), mine = share_of(rank + 1) - first;
+  route(moe, normed_.data() + first * h, mine);
+  // Dispatch: every (token, expert) pair's row goes to the expert's rank, grouped by rank;
+  // a record is the expert id (int32) then the row.
+  const int64_t pairs = mine * top_k;
+  const size_t record = sizeof(int32_t) + static_cast<size_t>(h) * sizeof(float);
+  std::vector<int32_t>& order = ep_order_;  // pairs by destination rank
+  order.resize(static_cast<size_t>(pairs));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return chosen_expert_[a] / per_rank < chosen_expert_[b] / per_rank; });
+  int* send_pairs = shares.data();
+  int* receive_pairs = shares.data() + ranks;
+  for (const int32_t pair : order) ++send_pairs[chosen_expert_[static_cast<size_t>(pair)] / per_rank];
+  std::vector<int> one(static_cast<size_t>(ranks), static_cast<int>(sizeof(int)));
+  communicator_->all_to_all(send_pairs, one, receive_pairs, one);
+  std::vector<uint8_t>& sent = ep_send_;
+  sent.resize(static_cast<size_t>(pairs) * record);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int32_t pair = order[i];
+    uint8_t* at = sent.data() + i * record;
+    std::memcpy(at, &chosen_expert_[static_cast<size_t>(pair)], sizeof(int32_t));
+    std::memcpy(at + sizeof(int32_t), normed_.data() + (first + pair / top_k) * h, static_cast<size_t>(h) * sizeof(float));
+  }
+  int64_t received = 0;
+  std::vector<int> send_bytes(static_cast<size_t>(ranks)), receive_bytes(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    send_bytes[static_cast<size_t>(r)] = static_cast<int>(send_pairs[r] * record);
+    receive_bytes[static_cast<size_t>(r)] = static_cast<int>(receive_pairs[r] * record);
+    received += receive_pairs[r];
+  }
+  std::vector<uint8_t>& arrived = ep_receive_;
+  arrived.resize(static_cast<size_t>(received) * record);
+  communicator_->all_to_all(sent.data(), send_bytes, arrived.data(), receive_bytes);
+
+  // This rank's experts on the rows sent to them, each expert's rows together.
+  float* results = sized(ep_results_, received * h);
+  for (int local = 0; local < per_rank; ++local) {
+    const int32_t expert = rank * per_rank + local;
+    std::vector<int32_t>& rows = modality_rows_;
+    rows.clear();
+    for (int64_t i = 0; i < received; ++i) {
+      int32_t id = 0;
+      std::memcpy(&id, arrived.data() + static_cast<size_t>(i) * record, sizeof id);
+      if (id == expert) rows.push_back(static_cast<int32_t>(i));
+    }
+    if (rows.empty()) continue;
+    const int64_t count = static_cast<int64_t>(rows.size());
+    float* gathered = sized(expert_in_, count * h);
+    for (int64_t i = 0; i < count; ++i)
+      std::memcpy(gathered + i * h, arrived.data() + static_cast<size_t>(rows[static_cast<size_t>(i)]) * record + sizeof(int32_t),
+                  static_cast<size_t>(h) * sizeof(float));
+    float* expert_out = sized(expert_out_, count * h);
+    std::fill_n(expert_out, count * h, 0.0f);
+    expert_input_.reset(gathered, count, h);
+    mlp_block(moe.experts[static_cast<size_t>(expert)], expert_input_, expert_out);
+    for (int64_t i = 0; i < count; ++i) std::copy_n(expert_out + i * h, h, results + rows[static_cast<size_t>(i)] * h);
+  }
+  // Combine: the outputs go back in the order the rows came, and each is added to its
+  // token with the routing weight.
+  for (int r = 0; r < ranks; ++r) {
+    send_bytes[static_cast<size_t>(r)] = static_cast<int>(receive_pairs[r] * h * static_cast<int64_t>(sizeof(float)));
+    receive_bytes[static_cast<size_t>(r)] = static_cast<int>(send_pairs[r] * h * static_cast<int64_t>(sizeof(float)));
+  }
+  float* returned = sized(ep_returned_, pairs * h);
+  communicator_->all_to_all(results, send_bytes, returned, receive_bytes);
+  float* share_out = sized(ep_share_out_, std::max<int64_t>(mine, 1) * h);
+  std::fill_n(share_out, mine * h, 0.0f);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int32_t pair = order[i];
+    add_scaled(share_out + (pair / top_k) * h, returned + static_cast<int64_t>(i) * h,
+               chosen_weight_[static_cast<size_t>(pair)], h);
+  }
+  // Every rank needs every token's output: the shares are gathered.
+  std::vector<int> gather_counts(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) gather_counts[static_cast<size_t>(r)] = static_cast<int>((share_of(r + 1) - share_of(r)) * h);
+  float* all = sized(ep_gathered_, n * h);
+  communicator_->all_gather(share_out, gather_counts, all);
+  for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(out + t0 * h, all + t0 * h, 1.0f, (t1 - t0) * h); });
 }
 
 }  // namespace ernie

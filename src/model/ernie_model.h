@@ -131,6 +131,14 @@ class ErnieModel final : public LanguageModel {
   // out[n, H] += the routed experts of `moe` for the n rows of `input` (shared experts
   // excluded).
   void routed_experts(const MoeWeights& moe, const float* input, int64_t n, float* out);
+  // Chooses top_k experts and their weights for n rows of `input` (chosen_expert_,
+  // chosen_weight_, and per-expert counts in expert_count_).
+  void route(const MoeWeights& moe, const float* input, int64_t n);
+  // Expert parallelism, as FastDeploy's EP: each rank routes its share of the tokens,
+  // sends each (token, expert) row to the expert's rank and its output back (all-to-all),
+  // and the shares are gathered; the shared experts are a tensor-parallel MLP. `out`
+  // (zeros) receives the whole layer's MoE output, the same on every rank.
+  void expert_parallel_moe(const MoeWeights& moe, int64_t n, float* out);
   // The MoE part of a decoder layer: routed experts (per modality for VL) and shared ones.
   void moe_block(const DecoderLayerWeights& layer, const ForwardBatch& batch, float* out);
 
@@ -163,6 +171,11 @@ class ErnieModel final : public LanguageModel {
   std::vector<float> router_logits_, expert_in_, expert_out_, probs_, scores_, chosen_weight_;
   std::vector<int32_t> order_, chosen_expert_, expert_count_, expert_offset_;
   std::vector<Routing> routed_;  // [E][tokens routed to it], grouped by expert
+  // Expert parallelism's exchange buffers.
+  std::vector<int> ep_counts_;
+  std::vector<int32_t> ep_order_;
+  std::vector<uint8_t> ep_send_, ep_receive_;
+  std::vector<float> ep_results_, ep_returned_, ep_share_out_, ep_gathered_;
   std::vector<int32_t> modality_rows_;         // VL: batch rows of one modality
   std::vector<float> modality_in_, modality_out_;
   MatmulInput input_, expert_input_;

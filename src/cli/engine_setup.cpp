@@ -59,6 +59,10 @@ std::vector<OptionSpec> engine_option_specs() {
       {"speculative-config", "JSON",
        "speculative decoding: {\"method\": \"mtp\" | \"ngram\", \"num_speculative_tokens\": 1..5, ...} "
        "(docs/speculative-decoding.md)", ""},
+      {"swap-space", "GB",
+       "a second KV tier of this many GB on local disk: evicted prefix-cache blocks move there and come back on "
+       "a later prefix hit instead of being recomputed (0: none)",
+       "0"},
       {"tensor-parallel-size", "N",
        "shard the model over N MPI ranks (started through mpirun when not already under it; docs/parallelism.md)", "1"},
       {"enable-expert-parallel", "", "with --tensor-parallel-size: place whole routed experts on the ranks", ""},
@@ -104,12 +108,18 @@ EngineConfig engine_config_from_args(const ParsedArgs& args) {
   if (mtp_hidden != "prenorm" && mtp_hidden != "normed")
     fail("ERNIE_MTP_HIDDEN must be prenorm or normed, got \"", mtp_hidden, "\"");
   config.mtp_normed_hidden = mtp_hidden == "normed";
+  config.swap_space_gb = args.get_double("swap-space");
+  if (!(config.swap_space_gb >= 0) || config.swap_space_gb > 1 << 20)
+    fail("--swap-space must be a number of GB from 0, got ", args.get("swap-space"));
   const int64_t ranks = args.get_int("tensor-parallel-size");
   if (ranks < 1 || ranks > 1024) fail("--tensor-parallel-size must lie in 1..1024, got ", ranks);
   config.tensor_parallel_size = static_cast<int>(ranks);
   config.expert_parallel = args.flag("enable-expert-parallel");
   if (config.expert_parallel && ranks == 1)
     log_info("--enable-expert-parallel with one rank: every expert runs in this process");
+  if (ranks > 1 && config.swap_space_gb > 0)
+    fail("--swap-space with --tensor-parallel-size ", ranks, " is not supported yet: the second tier holds rank 0's "
+         "blocks only; leave --swap-space out");
   if (ranks > 1 && config.speculative.mtp_drafts() > 0)
     fail("MTP drafting (--speculative-config method \"mtp\") runs in one process only; with --tensor-parallel-size ",
          ranks, " use method \"ngram\"");

@@ -32,6 +32,12 @@ Engine::Engine(LanguageModel& model, const Tokenizer& tokenizer, const EngineCon
                  cache_manager_),
       seeds_(config.seed) {
   validate_engine_config(config_, model_.config());
+  if (config_.swap_space_gb > 0) {
+    pool_.enable_swap(static_cast<uint64_t>(config_.swap_space_gb * (1ull << 30)));
+    const KvSwapStats swap = pool_.swap_tier()->stats();
+    log_info("KV swap tier: ", swap.capacity_blocks, " blocks (", config_.swap_space_gb,
+             " GB) on local disk for evicted prefix-cache blocks");
+  }
   if (config_.speculative.mtp_drafts() > 0 && !model_.has_mtp())
     fail("--speculative-config method \"mtp\" needs a checkpoint with an MTP head (config.json ",
          "num_nextn_predict_layers >= 1 and mtp_* tensors); this one has none: use method \"ngram\"");
@@ -604,6 +610,7 @@ EngineStats Engine::stats() const {
   stats.blocks_free = pool.free_blocks;
   stats.blocks_cached = pool.cached_blocks;
   stats.prefix_cache = cache_manager_.stats();
+  if (const KvSwapTier* swap = pool_.swap_tier()) stats.swap = swap->stats();
   return stats;
 }
 

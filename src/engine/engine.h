@@ -51,6 +51,7 @@ struct EngineStats {
   int blocks_free = 0;
   int blocks_cached = 0;
   PrefixCacheStats prefix_cache;
+  KvSwapStats swap;  // the second KV tier (zeros without --swap-space)
   int64_t steps = 0;
   int64_t prompt_tokens_computed = 0;
   int64_t generated_tokens = 0;

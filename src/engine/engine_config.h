@@ -51,6 +51,9 @@ struct EngineConfig {
   // placed whole on the ranks instead of split.
   int tensor_parallel_size = 1;
   bool expert_parallel = false;
+  // --swap-space GB: a second KV tier that evicted prefix-cache blocks move to
+  // (engine/kv_swap_tier.h); 0: none.
+  double swap_space_gb = 0;
 
   // KV cache layers per position: the model's, plus the MTP head's when it drafts.
   int kv_layers(const ModelConfig& model) const { return model.num_hidden_layers + (speculative.mtp_drafts() > 0 ? 1 : 0); }

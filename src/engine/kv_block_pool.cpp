@@ -71,7 +71,9 @@ std::optional<BlockId> KvBlockPool::allocate() {
   } else if (!free_queue_.empty()) {
     block = free_queue_.front();
     free_queue_.pop_front();
-    forget_identity(block);  // evicts it from the prefix cache
+    // Evicted from the prefix cache: to the second tier when there is one.
+    if (swap_) swap_->store(blocks_[static_cast<size_t>(block)].hash, block_tokens(block), block_bytes(block));
+    forget_identity(block);
   } else {
     return std::nullopt;
   }
@@ -87,12 +89,27 @@ void KvBlockPool::release(BlockId block) {
   else free_plain_.push_back(block);
 }
 
+void KvBlockPool::enable_swap(uint64_t bytes) {
+  swap_ = std::make_unique<KvSwapTier>(bytes, bytes_per_block(num_layers_, row_bytes_, block_size_), block_size_);
+}
+
 std::optional<BlockId> KvBlockPool::acquire_cached(uint64_t hash, std::span<const int32_t> tokens) {
   const auto found = cached_by_hash_.find(hash);
-  if (found == cached_by_hash_.end()) return std::nullopt;
+  if (found == cached_by_hash_.end()) {
+    // A miss here may be a hit in the second tier: back into a block of this pool, with
+    // its identity again.
+    if (!swap_ || !swap_->contains(hash, tokens)) return std::nullopt;
+    const std::optional<BlockId> block = allocate();
+    if (!block) return std::nullopt;
+    if (!swap_->take(hash, tokens, block_bytes(*block))) {  // evicted by the allocation itself
+      release(*block);
+      return std::nullopt;
+    }
+    register_cached(*block, hash, tokens);
+    return block;
+  }
   const BlockId block = found->second;
-  const int32_t* stored = block_tokens_.data() + static_cast<size_t>(block) * static_cast<size_t>(block_size_);
-  if (!std::equal(tokens.begin(), tokens.end(), stored)) return std::nullopt;
+  if (!std::equal(tokens.begin(), tokens.end(), block_tokens(block).begin())) return std::nullopt;
   BlockState& state = blocks_[static_cast<size_t>(block)];
   if (state.ref_count++ == 0) free_queue_.erase(state.free_position);
   return block;

@@ -14,7 +14,10 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <memory>
 #include <vector>
+
+#include "engine/kv_swap_tier.h"
 
 namespace ernie {
 
@@ -63,6 +66,11 @@ class KvBlockPool {
   // already holds that identity, nothing changes: the first one stays the cached copy.
   void register_cached(BlockId block, uint64_t hash, std::span<const int32_t> tokens);
   bool is_cached(BlockId block) const { return blocks_[static_cast<size_t>(block)].cached; }
+
+  // --swap-space: cached blocks evicted from now on are kept in a second tier of
+  // `bytes` (engine/kv_swap_tier.h), and acquire_cached brings them back on a hit.
+  void enable_swap(uint64_t bytes);
+  const KvSwapTier* swap_tier() const { return swap_.get(); }
   int ref_count(BlockId block) const { return blocks_[static_cast<size_t>(block)].ref_count; }
 
  private:
@@ -74,6 +82,11 @@ class KvBlockPool {
   };
 
   uint8_t* row(BlockId block, int layer, int offset, int kind);
+  // A block's bytes: K and V of every layer and position, contiguous.
+  uint8_t* block_bytes(BlockId block) { return storage_ + static_cast<size_t>(block) * bytes_per_block(num_layers_, row_bytes_, block_size_); }
+  std::span<const int32_t> block_tokens(BlockId block) const {
+    return {block_tokens_.data() + static_cast<size_t>(block) * static_cast<size_t>(block_size_), static_cast<size_t>(block_size_)};
+  }
   void forget_identity(BlockId block);
 
   int num_layers_;
@@ -87,6 +100,7 @@ class KvBlockPool {
   std::list<BlockId> free_queue_;      // unreferenced cached blocks; front = evicted first
   std::vector<BlockId> free_plain_;    // unreferenced blocks without identity; back = next out
   std::unordered_map<uint64_t, BlockId> cached_by_hash_;
+  std::unique_ptr<KvSwapTier> swap_;  // null without --swap-space
 };
 
 }  // namespace ernie

@@ -145,7 +145,7 @@ std::string ServingMetrics::render(const EngineStats& engine, int max_num_seqs) 
   gauge(p + "available_gpu_block_num", "KV cache blocks available to new requests", engine.blocks_free, out);
   gauge(p + "available_gpu_resource", "Share of KV cache blocks free",
         engine.blocks_total > 0 ? static_cast<double>(engine.blocks_free) / engine.blocks_total : 0.0, out);
-  gauge(p + "max_cpu_block_num", "Blocks of the second (swap) cache tier: none yet", 0, out);
+  gauge(p + "max_cpu_block_num", "Blocks of the second (--swap-space) cache tier", engine.swap.capacity_blocks, out);
   out += "# HELP " + p + "cache_config_info The KV cache configuration, as labels\n# TYPE " + p +
          "cache_config_info gauge\n" + p + "cache_config_info{" + cache_labels_ + "} 1\n";
   gauge(p + "gpu_cache_usage_perc", "Share of KV cache blocks in use",
@@ -156,13 +156,17 @@ std::string ServingMetrics::render(const EngineStats& engine, int max_num_seqs) 
   gauge(p + "hit_token_rate", "Share of prompt tokens served by the prefix cache",
         prefix.queried_tokens > 0 ? static_cast<double>(prefix.hit_tokens) / static_cast<double>(prefix.queried_tokens) : 0.0,
         out);
-  gauge(p + "gpu_hit_token_rate", "Same as hit_token_rate: every cached block is in RAM",
-        prefix.queried_tokens > 0 ? static_cast<double>(prefix.hit_tokens) / static_cast<double>(prefix.queried_tokens) : 0.0,
-        out);
+  // The second tier's hits are part of the prefix cache's; the first tier's are the rest.
+  const double swapped_in = static_cast<double>(engine.swap.swapped_in * engine.swap.block_size);
+  const double first_tier = static_cast<double>(prefix.hit_tokens) - swapped_in;
+  const double queried = static_cast<double>(prefix.queried_tokens);
+  gauge(p + "gpu_hit_token_rate", "Share of prompt tokens served by the first (in-RAM) cache tier",
+        queried > 0 ? first_tier / queried : 0.0, out);
   gauge(p + "prefix_cache_token_num", "Prompt tokens served by the prefix cache", static_cast<double>(prefix.hit_tokens), out);
-  gauge(p + "prefix_gpu_cache_token_num", "Same as prefix_cache_token_num", static_cast<double>(prefix.hit_tokens), out);
-  gauge(p + "cpu_hit_token_rate", "Share of prompt tokens served by the swap tier: none yet", 0, out);
-  gauge(p + "prefix_cpu_cache_token_num", "Prompt tokens served by the swap tier: none yet", 0, out);
+  gauge(p + "prefix_gpu_cache_token_num", "Prompt tokens served by the first (in-RAM) cache tier", first_tier, out);
+  gauge(p + "cpu_hit_token_rate", "Share of prompt tokens served by the second (--swap-space) tier",
+        queried > 0 ? swapped_in / queried : 0.0, out);
+  gauge(p + "prefix_cpu_cache_token_num", "Prompt tokens served by the second (--swap-space) tier", swapped_in, out);
   gauge(p + "prefix_ssd_cache_token_num", "Prompt tokens served from disk: none yet", 0, out);
   render_speculative(engine, out);
   return out;

@@ -78,7 +78,7 @@ std::string cache_config_labels(const EngineConfig& engine, const EngineStats& s
                  "\",enable_prefix_caching=\"", flag(engine.prefix_caching), "\",enable_chunked_prefill=\"",
                  flag(engine.chunked_prefill), "\",kv_cache_ratio=\"", engine.kv_cache_ratio, "\",max_num_seqs=\"",
                  engine.max_num_seqs, "\",max_model_len=\"", engine.max_model_len, "\",max_num_batched_tokens=\"",
-                 engine.effective_max_num_batched_tokens(), "\",num_cpu_blocks=\"0\"");
+                 engine.effective_max_num_batched_tokens(), "\",num_cpu_blocks=\"", stats.swap.capacity_blocks, "\"");
 }
 
 // Special-token strings the chat templates use (bos_token, cls_token, ...).

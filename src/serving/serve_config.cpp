@@ -75,7 +75,6 @@ std::vector<FlagInfo> serve_flags() {
       cpu("cache-queue-port", "PORT", "KV cache blocks live in this process's memory; no cache transfer process runs"),
       cpu("load-choices", "NAME", "both PT and Paddle checkpoint layouts are read natively by one loader"),
       cpu("use-warmup", "N", "the first request pages the weights in; no separate warm-up run"),
-      cpu("swap-space", "GIB", "the KV cache already lives in RAM, so there is no slower tier to swap prefix-cache blocks to"),
       cpu("enable-mm", "", "deprecated in FastDeploy; the architecture is read from config.json"),
       cpu("disable-custom-all-reduce", "", "no GPU all-reduce kernels on a CPU"),
       cpu("enable-custom-all-reduce", "", "no GPU all-reduce kernels on a CPU"),

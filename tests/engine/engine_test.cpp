@@ -190,6 +190,27 @@ TEST_F(EngineTest, CachedPrefixIsReusedAndGivesTheSameOutput) {
   expect_all_blocks_free(*engine);
 }
 
+// --swap-space: a prefix whose blocks were evicted from the pool comes back from the
+// second tier, reported as cached, and the answer is the same as computing it.
+TEST_F(EngineTest, APrefixEvictedToTheSwapTierIsRestoredWithTheSameOutput) {
+  EngineConfig config = small_config();
+  config.max_num_seqs = 1;
+  config.swap_space_gb = 0.01;
+  auto engine = make_engine(config, 8);  // 8 blocks of 16 positions
+  const std::vector<int32_t> first = prompt(5, 64);
+  const auto original = run(*engine, {greedy("a", first, 8)});
+  // Other prompts take every block in turn, evicting all of the first one's.
+  for (int other = 0; other < 3; ++other) run(*engine, {greedy("x" + std::to_string(other), prompt(20 + other, 100), 8)});
+  const EngineStats evicted = engine->stats();
+  EXPECT_GT(evicted.swap.swapped_out, 3);
+  const auto again = run(*engine, {greedy("b", first, 8)});
+  EXPECT_EQ(again.at("b").final_output.cached_tokens, 48) << "three full blocks before the last token";
+  EXPECT_EQ(again.at("b").tokens, original.at("a").tokens);
+  const EngineStats restored = engine->stats();
+  EXPECT_GE(restored.swap.swapped_in - evicted.swap.swapped_in, 3);
+  expect_all_blocks_free(*engine);
+}
+
 TEST_F(EngineTest, WholePromptCachedStillComputesTheLastToken) {
   auto engine = make_engine(small_config(), 64);
   const std::vector<int32_t> exact = prompt(4, 32);  // exactly two blocks

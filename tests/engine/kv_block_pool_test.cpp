@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -112,6 +113,75 @@ TEST(KvBlockPoolTest, CachedBlocksAreEvictedOnlyWhenNoPlainBlockIsLeft) {
   pool.release(cached);
   EXPECT_EQ(*pool.allocate(), cached) << "evicted once nothing else is free";
   EXPECT_FALSE(pool.acquire_cached(hash, tokens).has_value());
+}
+
+// The second tier: blocks kept by identity, least recently stored out first.
+TEST(KvSwapTierTest, KeepsBlocksByIdentityAndDropsTheOldestWhenFull) {
+  constexpr size_t kBytes = 64;
+  KvSwapTier tier(3 * kBytes, kBytes, 2);
+  EXPECT_EQ(tier.stats().capacity_blocks, 3);
+  const auto bytes_of = [](uint8_t fill) { return std::vector<uint8_t>(kBytes, fill); };
+  for (uint8_t id = 1; id <= 4; ++id) {
+    const std::vector<int32_t> tokens = {id, id + 10};
+    tier.store(100 + id, tokens, bytes_of(id).data());
+  }
+  EXPECT_FALSE(tier.contains(101, std::vector<int32_t>{1, 11})) << "the oldest went when the fourth came";
+  EXPECT_FALSE(tier.contains(102, std::vector<int32_t>{9, 9})) << "a hash with other tokens is not a hit";
+  std::vector<uint8_t> out(kBytes);
+  ASSERT_TRUE(tier.take(103, std::vector<int32_t>{3, 13}, out.data()));
+  EXPECT_EQ(out, bytes_of(3));
+  EXPECT_FALSE(tier.contains(103, std::vector<int32_t>{3, 13})) << "taken back, it leaves the tier";
+  EXPECT_EQ(tier.stats().stored_blocks, 2);
+  EXPECT_EQ(tier.stats().swapped_out, 4);
+  EXPECT_EQ(tier.stats().swapped_in, 1);
+  EXPECT_THROW(KvSwapTier(kBytes - 1, kBytes, 2), Error) << "less than one block";
+}
+
+// Evicted cached blocks go to the tier and come back, bytes and identity, on a lookup.
+TEST(KvBlockPoolTest, EvictedCachedBlocksComeBackFromTheSwapTier) {
+  constexpr int kLayers = 2, kBlockSize = 4, kBlocks = 3;
+  constexpr size_t kRow = 16;
+  KvBlockPool pool(kLayers, kRow, kBlockSize, kBlocks);
+  pool.enable_swap(16 * KvBlockPool::bytes_per_block(kLayers, kRow, kBlockSize));
+  const auto fill = [&](BlockId block, uint8_t value) {
+    for (int layer = 0; layer < kLayers; ++layer)
+      for (int offset = 0; offset < kBlockSize; ++offset) {
+        std::memset(pool.key(block, layer, offset), value, kRow);
+        std::memset(pool.value(block, layer, offset), value + 1, kRow);
+      }
+  };
+  const auto holds = [&](BlockId block, uint8_t value) {
+    for (int layer = 0; layer < kLayers; ++layer)
+      for (int offset = 0; offset < kBlockSize; ++offset)
+        for (size_t i = 0; i < kRow; ++i)
+          if (static_cast<uint8_t*>(pool.key(block, layer, offset))[i] != value ||
+              static_cast<uint8_t*>(pool.value(block, layer, offset))[i] != value + 1)
+            return false;
+    return true;
+  };
+  std::vector<std::vector<int32_t>> tokens;
+  for (int b = 0; b < kBlocks; ++b) {
+    tokens.push_back({b, b + 1, b + 2, b + 3});
+    const BlockId block = *pool.allocate();
+    fill(block, static_cast<uint8_t>(10 * (b + 1)));
+    pool.register_cached(block, 1000 + b, tokens.back());
+    pool.release(block);
+  }
+  // Three plain allocations evict all three cached blocks into the tier.
+  std::vector<BlockId> taken;
+  for (int b = 0; b < kBlocks; ++b) taken.push_back(*pool.allocate());
+  EXPECT_EQ(pool.stats().cached_blocks, 0);
+  EXPECT_EQ(pool.swap_tier()->stats().stored_blocks, kBlocks);
+  for (BlockId block : taken) pool.release(block);
+  for (int b = kBlocks - 1; b >= 0; --b) {
+    const std::optional<BlockId> back = pool.acquire_cached(1000 + b, tokens[static_cast<size_t>(b)]);
+    ASSERT_TRUE(back.has_value()) << b;
+    EXPECT_TRUE(holds(*back, static_cast<uint8_t>(10 * (b + 1)))) << b;
+    EXPECT_TRUE(pool.is_cached(*back));
+    EXPECT_EQ(pool.ref_count(*back), 1);
+  }
+  EXPECT_EQ(pool.swap_tier()->stats().swapped_in, kBlocks);
+  EXPECT_FALSE(pool.acquire_cached(2000, std::vector<int32_t>{9, 9, 9, 9}).has_value());
 }
 
 }  // namespace

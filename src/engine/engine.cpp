@@ -466,7 +466,7 @@ void Engine::constrain_drafts(EngineRequest& request) {
     while (keep < request.drafts.size()) {
       const int32_t draft = request.drafts[keep];
       if (is_eos(draft)) {
-        keep += guided_->accepting(GuidedState{guide.grammar, state, false}) ? 1 : 0;
+        keep += guide.grammar->matcher.state(state).accepting ? 1 : 0;
         break;
       }
       try {

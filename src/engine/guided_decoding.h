@@ -70,7 +70,6 @@ class GuidedDecoding {
   // The state after `token`; kDead when the grammar refuses it. Throws ernie::Error when
   // the grammar's parse states outgrow kMaxStates (a request's bound on memory).
   int32_t advance(GuidedGrammar& grammar, int32_t state, int32_t token);
-  bool accepting(const GuidedState& guide) const { return guide.grammar->matcher.state(guide.state).accepting; }
 
   // Starts computing `jobs` on the worker; the jobs must stay put until wait_masks.
   void start_masks(std::vector<MaskJob>& jobs);

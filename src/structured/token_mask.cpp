@@ -98,12 +98,17 @@ const std::vector<uint32_t>& TokenTrie::mask(GrammarMatcher& matcher, int32_t st
       }
       const int32_t next = matcher.step_id(start, nodes_[c].byte);
       if (next == GrammarMatcher::kDead) continue;
-      for (uint32_t t = nodes_[c].first_token; t < nodes_[c].first_token + nodes_[c].token_count; ++t)
-        mask[static_cast<size_t>(tokens_[t]) >> 5] |= 1u << (tokens_[t] & 31);
+      allow_tokens_ending_at(c, mask);
       walk(matcher, c, next, mask);
     }
   }
   return mask;
+}
+
+void TokenTrie::allow_tokens_ending_at(uint32_t node, std::vector<uint32_t>& mask) const {
+  const Node& n = nodes_[node];
+  for (uint32_t t = n.first_token; t < n.first_token + n.token_count; ++t)
+    mask[static_cast<size_t>(tokens_[t]) >> 5] |= 1u << (tokens_[t] & 31);
 }
 
 void TokenTrie::walk(GrammarMatcher& matcher, uint32_t root, int32_t state, std::vector<uint32_t>& mask) const {
@@ -116,8 +121,7 @@ void TokenTrie::walk(GrammarMatcher& matcher, uint32_t root, int32_t state, std:
       const Node& child = nodes_[c];
       const int32_t next = matcher.step_id(current, child.byte);
       if (next == GrammarMatcher::kDead) continue;
-      for (uint32_t t = child.first_token; t < child.first_token + child.token_count; ++t)
-        mask[static_cast<size_t>(tokens_[t]) >> 5] |= 1u << (tokens_[t] & 31);
+      allow_tokens_ending_at(c, mask);
       if (child.child_count > 0) stack.emplace_back(c, next);
     }
   }
@@ -137,9 +141,7 @@ const TokenTrie::LoopTokens& TokenTrie::loop_tokens(const ByteSet& loop) const {
   for (uint32_t node = 0; node < nodes_.size(); ++node) {
     const Node& n = nodes_[node];
     if (node != 0) inside[node] = inside[node] && loop.contains(n.byte);
-    if (inside[node])
-      for (uint32_t t = n.first_token; t < n.first_token + n.token_count; ++t)
-        tokens->inside[static_cast<size_t>(tokens_[t]) >> 5] |= 1u << (tokens_[t] & 31);
+    if (inside[node]) allow_tokens_ending_at(node, tokens->inside);
     for (uint32_t c = n.first_child; c < n.first_child + n.child_count; ++c) inside[c] = inside[node];
   }
   // ... and "mixed" flows up.

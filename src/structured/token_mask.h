@@ -58,6 +58,8 @@ class TokenTrie {
   const LoopTokens& loop_tokens(const ByteSet& loop) const;
   static constexpr size_t kMinLoopBytes = 64;  // fewer: an ordinary walk is as quick
   static constexpr size_t kMaxLoopSets = 64;
+  // Sets the bits of the tokens whose bytes end at `node`.
+  void allow_tokens_ending_at(uint32_t node, std::vector<uint32_t>& mask) const;
   // Walks the subtree under `node` from matcher state `state`, allowing what it reaches.
   void walk(GrammarMatcher& matcher, uint32_t node, int32_t state, std::vector<uint32_t>& mask) const;
 

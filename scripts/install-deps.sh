@@ -15,6 +15,7 @@ packages=(
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # video decoding (FFmpeg) for ERNIE-4.5-VL
   libcurl4-openssl-dev                       # image_url / video_url over http(s)
   libopenmpi-dev openmpi-bin                 # tensor / expert parallelism over MPI (mpirun)
+  libzmq3-dev cppzmq-dev                     # KV transfer between prefill and decode instances (ZeroMQ)
   libharfbuzz-dev libfreetype-dev fonts-roboto-unhinted  # timestamps drawn on video frames, as FastDeploy
   python3-pil                                # Pillow: the reference for image decoding and resizing
   python3 python3-numpy                      # the independent numpy reference in tests

@@ -29,8 +29,16 @@ int serve_command(int argc, char** argv) {
   add_log_file(config.log_dir + "/api_server.log");
   check_parser_markers(config);  // before minutes of loading weights
 
-  LoadedEngine engine = load_engine(config.model_dir, config.engine, config.threads, config.tokenizer_dir);
+  // Declared before the engine so that it outlives the engine client; stopped before it.
+  disagg::Disaggregation disaggregation(config.disaggregation, config.engine.max_num_seqs);
+  LoadedEngine engine = load_engine(config.model_dir, config.engine, config.threads, config.tokenizer_dir,
+                                    [&](Engine& made) { disaggregation.prepare(made); });
   if (!engine.client) return 0;  // a tensor-parallel rank other than 0: rank 0 has stopped
+  disaggregation.attach(*engine.client);
+  struct StopBeforeEngine {
+    disagg::Disaggregation& disaggregation;
+    ~StopBeforeEngine() { disaggregation.stop(); }
+  } stop_before_engine{disaggregation};
   const GenerationConfig generation = load_generation_config(config.model_dir);
   return serve_until_signalled(config, shutdown_signals, *engine.client, *engine.tokenizer, engine.engine_model(),
                                generation);

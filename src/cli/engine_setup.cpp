@@ -130,7 +130,7 @@ EngineConfig engine_config_from_args(const ParsedArgs& args) {
 }
 
 LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& requested, size_t threads,
-                         const std::string& tokenizer_dir) {
+                         const std::string& tokenizer_dir, const std::function<void(Engine&)>& prepare) {
   LoadedEngine loaded;
   // Ranks sharing a machine share its cores: each takes its part unless --threads says.
   const size_t hardware = std::max(1u, std::thread::hardware_concurrency());
@@ -187,6 +187,7 @@ LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& reque
   }
   auto engine = std::make_unique<Engine>(loaded.engine_model(), *loaded.tokenizer, config, blocks,
                                          end_token_ids(load_generation_config(model_dir), loaded.model->config()));
+  if (prepare) prepare(*engine);
   loaded.client = std::make_unique<EngineClient>(std::move(engine));
   return loaded;
 }

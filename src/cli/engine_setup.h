@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,8 +40,9 @@ struct LoadedEngine {
 // `tokenizer_dir` empty: the tokenizer files are in `model_dir`. Under tensor
 // parallelism (config.tensor_parallel_size > 1, in an MPI job) every rank loads its
 // shard; rank 0 gets the engine, and on the other ranks this returns, with no client,
-// only after rank 0 stopped them.
+// only after rank 0 stopped them. `prepare`, when given, sees the engine before its
+// thread starts.
 LoadedEngine load_engine(const std::string& model_dir, const EngineConfig& config, size_t threads,
-                         const std::string& tokenizer_dir = "");
+                         const std::string& tokenizer_dir = "", const std::function<void(Engine&)>& prepare = {});
 
 }  // namespace ernie

@@ -103,6 +103,11 @@ void Engine::add_request(GenerateRequest request) {
       std::min(config_.max_model_len, prompt_length + static_cast<int64_t>(engine_request.params.max_tokens));
   engine_request.arrival = std::chrono::steady_clock::now();
   engine_request.thinking = engine_request.params.reasoning_max_tokens && prompt_leaves_model_thinking(engine_request.tokens);
+  // Prompt logprobs need the logits of every prompt position, and images their features:
+  // such prompts are computed here.
+  engine_request.remote_prefill =
+      remote_ != nullptr && prompt_length >= 2 && !engine_request.multimodal && !engine_request.params.prompt_logprobs;
+  engine_request.kv_export = std::move(request.kv_export);
   const uint64_t default_seed = seeds_.next();
   engine_request.sampler = std::make_unique<RequestSampler>(
       engine_request.params, std::span<const int32_t>(engine_request.tokens), eos_token_ids_, default_seed,
@@ -132,6 +137,8 @@ RequestOutput Engine::base_output(const EngineRequest& request) const {
 void Engine::finish(Live& live, FinishReason reason, RequestOutput& output) {
   output.text += live.text->finish();
   output.finish_reason = reason;
+  // A prefill instance may still be writing into the blocks: stop it before they go back.
+  if (live.request.status == RequestStatus::kRemote && remote_) remote_->cancel(live.request.id);
   live.request.status = RequestStatus::kFinished;
   scheduler_.remove(&live.request);
   ++counters_.finished_requests;
@@ -196,6 +203,7 @@ std::vector<RequestOutput> Engine::step() {
   refuse_long_waiters(outputs);
   const SchedulerStep plan = scheduler_.schedule();
   counters_.preemptions += static_cast<int64_t>(plan.preempted.size());
+  start_remote_prefills(plan.remote_started);
   if (plan.chunks.empty()) return outputs;
   ++counters_.steps;
   const auto started = std::chrono::steady_clock::now();
@@ -263,6 +271,7 @@ std::vector<RequestOutput> Engine::step() {
   const size_t sampling_rows = batch.logit_rows.size();
   for (const PromptLogprobRow& row : prompt_rows) batch.logit_rows.push_back(row.batch_row);
   start_masks(chunks);
+  export_layers_of(chunks, batch);
   std::vector<float>& logits = model_.forward(batch);
   if (!step_masks_.empty()) guided_->wait_masks();
 
@@ -290,6 +299,40 @@ std::vector<RequestOutput> Engine::step() {
     if (decode_only && proposed == rows) planner_.record_step(rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
   return outputs;
+}
+
+void Engine::start_remote_prefills(const std::vector<EngineRequest*>& started) {
+  for (EngineRequest* request : started) {
+    RemotePrefillTask task;
+    task.request_id = request->id;
+    task.tokens.assign(request->tokens.begin(), request->tokens.begin() + request->prompt_length - 1);
+    task.first_position = request->num_computed_tokens;
+    task.block_table = request->block_table;
+    remote_->start(std::move(task));
+  }
+}
+
+void Engine::complete_remote_prefill(const std::string& request_id, bool succeeded) {
+  const auto found = live_.find(request_id);
+  if (found == live_.end() || found->second->request.status != RequestStatus::kRemote) return;
+  EngineRequest& request = found->second->request;
+  if (succeeded) {
+    request.num_computed_tokens = request.prompt_length - 1;
+    cache_manager_.register_computed_blocks(request);
+  }
+  scheduler_.resume_remote(&request);
+}
+
+void Engine::export_layers_of(const std::vector<StepChunk>& chunks, ForwardBatch& batch) {
+  batch.after_layer = nullptr;
+  bool any = false;
+  for (const StepChunk& chunk : chunks) any = any || chunk.request->kv_export != nullptr;
+  if (!any) return;
+  batch.after_layer = [this, &chunks](int layer) {
+    for (const StepChunk& chunk : chunks)
+      if (chunk.request->kv_export)
+        chunk.request->kv_export->layer_computed(pool_, chunk.request->block_table, layer, chunk.start, chunk.own);
+  };
 }
 
 void Engine::add_multimodal_rows(const SchedulerStep& plan, ForwardBatch& batch) const {

@@ -16,6 +16,7 @@
 #include "engine/kv_block_pool.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/multimodal_prompt.h"
+#include "engine/remote_prefill.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/text_stream.h"
@@ -42,6 +43,8 @@ struct GenerateRequest {
   // generated token, or (constrain_after_reasoning) from the first token after </think>.
   std::shared_ptr<const structured::CompiledConstraint> constraint = nullptr;
   bool constrain_after_reasoning = false;
+  // Prefill role of disaggregation: receives the prompt's keys and values layer by layer.
+  std::shared_ptr<KvExport> kv_export = nullptr;
 };
 
 struct EngineStats {
@@ -98,6 +101,18 @@ class Engine {
   std::vector<RequestOutput> step();
 
   EngineStats stats() const;
+
+  // Decode role of disaggregation: from now on, the prompts of text requests (without
+  // prompt logprobs) are computed by `remote`, which must outlive the engine.
+  void set_remote_prefill(RemotePrefill* remote) { remote_ = remote; }
+  // The outcome of a RemotePrefill task: on success the request's prompt, but its last
+  // token, is in its blocks; on failure only its cached prefix is, and the engine
+  // computes the rest itself. A request that has ended meanwhile is ignored.
+  void complete_remote_prefill(const std::string& request_id, bool succeeded);
+  // The block storage, for the transfer threads of disaggregation (they write only the
+  // blocks of kRemote requests, see RemotePrefill::cancel).
+  KvBlockPool& kv_pool() { return pool_; }
+
   const EngineConfig& config() const { return config_; }
   const ModelConfig& model_config() const { return model_.config(); }
   const Tokenizer& tokenizer() const { return tokenizer_; }
@@ -158,6 +173,10 @@ class Engine {
   // Moves a constrained request past `token`; returns why it must end, if it must.
   std::optional<std::string> follow_constraint(EngineRequest& request, int32_t token);
   void draft_with_mtp(const std::vector<StepChunk>& chunks);
+  // Hands the requests admitted for a remote prefill to `remote_`.
+  void start_remote_prefills(const std::vector<EngineRequest*>& started);
+  // Sets batch.after_layer when a chunk of the step exports its keys and values.
+  void export_layers_of(const std::vector<StepChunk>& chunks, ForwardBatch& batch);
 
   LanguageModel& model_;
   const Tokenizer& tokenizer_;
@@ -182,6 +201,7 @@ class Engine {
   DraftPlanner planner_;
   std::unique_ptr<GuidedDecoding> guided_;  // made for the first constrained request
   std::vector<MaskJob> step_masks_;
+  RemotePrefill* remote_ = nullptr;  // decode role only
 };
 
 }  // namespace ernie

@@ -88,6 +88,14 @@ void EngineClient::abort(const std::string& request_id) {
   work_.notify_one();
 }
 
+void EngineClient::complete_remote_prefill(const std::string& request_id, bool succeeded) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    remote_outcomes_.emplace_back(request_id, succeeded);
+  }
+  work_.notify_one();
+}
+
 EngineStats EngineClient::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
@@ -97,13 +105,18 @@ void EngineClient::run() {
   for (;;) {
     std::deque<std::pair<GenerateRequest, OutputSink>> arrived;
     std::deque<std::string> aborted;
+    std::deque<std::pair<std::string, bool>> remote_outcomes;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      work_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !aborts_.empty() || engine_->has_work(); });
+      work_.wait(lock, [&] {
+        return stopping_ || !inbox_.empty() || !aborts_.empty() || !remote_outcomes_.empty() || engine_->has_work();
+      });
       if (stopping_) break;
       arrived.swap(inbox_);
       aborted.swap(aborts_);
+      remote_outcomes.swap(remote_outcomes_);
     }
+    for (const auto& [id, succeeded] : remote_outcomes) engine_->complete_remote_prefill(id, succeeded);
     for (auto& [request, sink] : arrived) {
       const std::string id = request.id;
       try {

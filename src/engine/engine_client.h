@@ -54,6 +54,9 @@ class EngineClient {
   void submit(GenerateRequest request, OutputSink sink);
   // Finishes the request with reason "abort" (no effect if it already finished).
   void abort(const std::string& request_id);
+  // Decode role of disaggregation: hands the outcome of a remote prefill to the engine
+  // (Engine::complete_remote_prefill) on its thread.
+  void complete_remote_prefill(const std::string& request_id, bool succeeded);
   // Live figures for metrics, taken after the latest step.
   EngineStats stats() const;
 
@@ -67,6 +70,7 @@ class EngineClient {
 
   std::deque<std::pair<GenerateRequest, OutputSink>> inbox_;
   std::deque<std::string> aborts_;
+  std::deque<std::pair<std::string, bool>> remote_outcomes_;
   std::map<std::string, OutputSink> sinks_;  // engine thread only
   EngineStats stats_;
   bool stopping_ = false;

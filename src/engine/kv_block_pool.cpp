@@ -56,6 +56,47 @@ uint8_t* KvBlockPool::row(BlockId block, int layer, int offset, int kind) {
   return storage_ + static_cast<size_t>(index) * row_bytes_;
 }
 
+namespace {
+
+// Calls copy(row in the pool, row in the buffer, rows) for each run of positions of
+// [first, first + count) that lies in one block, K rows first, then V rows.
+template <typename Copy>
+void for_each_layer_run(std::span<const BlockId> block_table, int block_size, int64_t first, int64_t count,
+                        size_t row_bytes, Copy copy) {
+  if (first < 0 || first + count > static_cast<int64_t>(block_table.size()) * block_size)
+    fail("internal: positions ", first, "..", first + count - 1, " lie outside a block table of ", block_table.size(),
+         " blocks");
+  for (int kind = 0; kind < 2; ++kind) {
+    size_t buffer_row = static_cast<size_t>(kind) * static_cast<size_t>(count);
+    for (int64_t position = first; position < first + count;) {
+      const int offset = static_cast<int>(position % block_size);
+      const int64_t run = std::min<int64_t>(block_size - offset, first + count - position);
+      copy(block_table[static_cast<size_t>(position / block_size)], kind, offset, buffer_row * row_bytes,
+           static_cast<size_t>(run) * row_bytes);
+      buffer_row += static_cast<size_t>(run);
+      position += run;
+    }
+  }
+}
+
+}  // namespace
+
+void KvBlockPool::read_layer_rows(std::span<const BlockId> block_table, int layer, int64_t first, int64_t count,
+                                  uint8_t* out) {
+  for_each_layer_run(block_table, block_size_, first, count, row_bytes_,
+                     [&](BlockId block, int kind, int offset, size_t at, size_t bytes) {
+                       std::memcpy(out + at, row(block, layer, offset, kind), bytes);
+                     });
+}
+
+void KvBlockPool::write_layer_rows(std::span<const BlockId> block_table, int layer, int64_t first, int64_t count,
+                                   const uint8_t* in) {
+  for_each_layer_run(block_table, block_size_, first, count, row_bytes_,
+                     [&](BlockId block, int kind, int offset, size_t at, size_t bytes) {
+                       std::memcpy(row(block, layer, offset, kind), in + at, bytes);
+                     });
+}
+
 void KvBlockPool::forget_identity(BlockId block) {
   BlockState& state = blocks_[static_cast<size_t>(block)];
   if (!state.cached) return;

@@ -50,6 +50,17 @@ class KvBlockPool {
 
   void* key(BlockId block, int layer, int offset) { return row(block, layer, offset, 0); }
   void* value(BlockId block, int layer, int offset) { return row(block, layer, offset, 1); }
+  size_t row_bytes() const { return row_bytes_; }
+  int num_layers() const { return num_layers_; }
+
+  // Moving a sequence's keys and values between instances (prefill/decode
+  // disaggregation): one layer's rows of positions [first, first + count) of the
+  // sequence whose blocks are `block_table`, as `count` K rows followed by `count` V
+  // rows (2 * count * row_bytes() bytes). Touches only those rows, so other threads may
+  // use other blocks meanwhile.
+  void read_layer_rows(std::span<const BlockId> block_table, int layer, int64_t first, int64_t count, uint8_t* out);
+  void write_layer_rows(std::span<const BlockId> block_table, int layer, int64_t first, int64_t count,
+                        const uint8_t* in);
 
   // A block with reference count 1 and no cached identity: the most recently released
   // block without one, else the least recently released cached block, evicted; nullopt

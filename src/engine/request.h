@@ -14,13 +14,16 @@
 #include "engine/guided_decoding.h"
 #include "engine/kv_block_pool.h"
 #include "engine/multimodal_prompt.h"
+#include "engine/remote_prefill.h"
 #include "engine/request_output.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 
 namespace ernie {
 
-enum class RequestStatus { kWaiting, kRunning, kFinished };
+// kRemote: a decode instance's request whose prompt another instance is computing
+// (engine/remote_prefill.h); it holds its blocks but is not scheduled.
+enum class RequestStatus { kWaiting, kRunning, kRemote, kFinished };
 
 struct EngineRequest {
   std::string id;
@@ -58,6 +61,12 @@ struct EngineRequest {
 
   // Structured output: the request's constraint and its place in it; null when free.
   std::unique_ptr<GuidedState> guide;
+
+  // Prefill/decode disaggregation. Decode role: the prompt is to be computed by a
+  // prefill instance when admitted (cleared once handed over; after a preemption it is
+  // recomputed here). Prefill role: where each layer's keys and values go.
+  bool remote_prefill = false;
+  std::shared_ptr<KvExport> kv_export;
 
   std::unique_ptr<RequestSampler> sampler;
   std::chrono::steady_clock::time_point arrival;

@@ -18,6 +18,7 @@ void Scheduler::add(EngineRequest* request) {
 
 void Scheduler::remove(EngineRequest* request) {
   std::erase(running_, request);
+  std::erase(remote_, request);
   std::erase(waiting_, request);
   cache_.free(*request);
 }
@@ -29,6 +30,12 @@ void Scheduler::preempt(EngineRequest* request) {
   request->status = RequestStatus::kWaiting;
   ++request->num_preemptions;
   waiting_.push_front(request);
+}
+
+void Scheduler::resume_remote(EngineRequest* request) {
+  std::erase(remote_, request);
+  request->status = RequestStatus::kRunning;
+  running_.push_back(request);
 }
 
 bool Scheduler::admit_under_v0_ratio(const EngineRequest& request) const {
@@ -64,7 +71,7 @@ SchedulerStep Scheduler::schedule() {
   // While requests wait for a seat, prompt chunks of running requests leave them half
   // the step: a long prefill then shares every step with newcomers instead of holding
   // them back until it ends (decode tokens are never held back).
-  const bool seats_free = static_cast<int>(running_.size()) < config_.max_num_seqs;
+  const bool seats_free = static_cast<int>(num_running()) < config_.max_num_seqs;
   const int64_t reserved = !waiting_.empty() && seats_free && config_.chunked_prefill ? budget / 2 : 0;
 
   // Running requests first, in admission order: every decode (one token) before any
@@ -117,7 +124,7 @@ SchedulerStep Scheduler::schedule() {
   for (const EngineRequest* running : running_)
     if (running->fairness_group != 0) ++running_per_group[running->fairness_group];
   while (step.preempted.empty() && budget > 0 && !waiting_.empty() &&
-         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+         static_cast<int>(num_running()) < config_.max_num_seqs) {
     const size_t index = next_to_admit(running_per_group);
     EngineRequest* request = waiting_[index];
     if (config_.v0_admission && !admit_under_v0_ratio(*request)) break;
@@ -127,6 +134,22 @@ SchedulerStep Scheduler::schedule() {
     if (!request->cached_tokens) request->cached_tokens = cached;
     request->num_computed_tokens = cached;
     const int64_t remaining = request->num_tokens() - cached;
+    if (request->remote_prefill && remaining > 1) {
+      // Blocks for the whole prompt now (a prefill instance fills them), and no tokens
+      // of this step's budget.
+      if (!cache_.allocate_slots(*request, request->num_tokens())) {
+        cache_.free(*request);
+        request->num_computed_tokens = 0;
+        break;
+      }
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(index));
+      request->remote_prefill = false;
+      request->status = RequestStatus::kRemote;
+      remote_.push_back(request);
+      step.remote_started.push_back(request);
+      continue;
+    }
+    request->remote_prefill = false;  // nothing left for a prefill instance to compute
     if (!config_.chunked_prefill && remaining > budget) {
       cache_.free(*request);  // wait for a step with room for the whole prompt
       request->num_computed_tokens = 0;

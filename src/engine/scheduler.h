@@ -37,6 +37,9 @@ struct ScheduledChunk {
 struct SchedulerStep {
   std::vector<ScheduledChunk> chunks;
   std::vector<EngineRequest*> preempted;
+  // Admitted with blocks for their whole prompt, to be computed by a prefill instance
+  // (EngineRequest::remote_prefill); they are kRemote until resume_remote.
+  std::vector<EngineRequest*> remote_started;
   int64_t num_tokens() const;
 };
 
@@ -52,9 +55,14 @@ class Scheduler {
   // Removes a request wherever it is and frees its blocks.
   void remove(EngineRequest* request);
   SchedulerStep schedule();
+  // A kRemote request's prompt is in its blocks up to num_computed_tokens (all of it
+  // but the last token, or only its cached prefix when the prefill instance failed): it
+  // runs from the next step, computing the rest itself.
+  void resume_remote(EngineRequest* request);
 
-  size_t num_running() const { return running_.size(); }
+  size_t num_running() const { return running_.size() + remote_.size(); }
   size_t num_waiting() const { return waiting_.size(); }
+  // Requests away at a prefill instance give the engine nothing to do until they return.
   bool idle() const { return running_.empty() && waiting_.empty(); }
 
  private:
@@ -69,6 +77,7 @@ class Scheduler {
   KvCacheManager& cache_;
   std::deque<EngineRequest*> running_;  // in admission order: the back is preempted first
   std::deque<EngineRequest*> waiting_;
+  std::vector<EngineRequest*> remote_;  // kRemote: they hold seats and blocks
 };
 
 }  // namespace ernie

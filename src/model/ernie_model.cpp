@@ -288,8 +288,10 @@ std::vector<float>& ErnieModel::forward(const ForwardBatch& batch) {
   for (size_t t = 0; t < batch.input_embeddings.size(); ++t)
     if (batch.input_embeddings[t] != nullptr)
       std::copy_n(batch.input_embeddings[t], config_.hidden_size, x + static_cast<int64_t>(t) * config_.hidden_size);
-  for (int layer_index = 0; layer_index < config_.num_hidden_layers; ++layer_index)
+  for (int layer_index = 0; layer_index < config_.num_hidden_layers; ++layer_index) {
     decoder_layer(weights_.layers[static_cast<size_t>(layer_index)], layer_index, batch, x);
+    if (batch.after_layer) batch.after_layer(layer_index);
+  }
   hidden_rows_ = n;
   return head_logits(x, batch.logit_rows, weights_.lm_head);
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct ForwardBatch {
   // hidden_size values that replace the token's embedding (an image's features), or null.
   std::vector<int32_t> rope_positions;
   std::vector<const float*> input_embeddings;
+  // Called after each decoder layer has written its keys and values (prefill/decode
+  // disaggregation sends them from here while later layers compute); may be empty.
+  std::function<void(int layer)> after_layer;
 };
 
 class LanguageModel {

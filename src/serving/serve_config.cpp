@@ -71,7 +71,9 @@ std::vector<FlagInfo> serve_flags() {
       cpu("workers", "N", "one process serves every connection with asynchronous IO"),
       cpu("use-cudagraph", "", "on anyway: the CPU counterpart of a captured graph - a persistent thread pool and step buffers planned once and reused, so a step starts no thread and allocates nothing - is always used"),
       cpu("graph-optimization-config", "JSON", "the CPU engine has no graph capture; the JSON is checked and otherwise unused"),
-      cpu("engine-worker-queue-port", "PORT", "the engine runs inside the server process; no worker queue port is opened"),
+      flag("engine-worker-queue-port", "PORT",
+           "--splitwise-role prefill: where decode instances send tasks and get keys and values back (TCP, and a "
+           "Unix socket for decode instances on this machine); other roles open no worker queue port"),
       cpu("cache-queue-port", "PORT", "KV cache blocks live in this process's memory; no cache transfer process runs"),
       cpu("load-choices", "NAME", "both PT and Paddle checkpoint layouts are read natively by one loader"),
       cpu("use-warmup", "N", "the first request pages the weights in; no separate warm-up run"),
@@ -84,8 +86,13 @@ std::vector<FlagInfo> serve_flags() {
       cpu("lm_head-fp32", "", "the vocabulary projection already accumulates in fp32"),
       cpu("moe-gate-fp32", "", "the MoE router already runs in fp32"),
       cpu("model-loader-extra-config", "JSON", "checkpoints are memory-mapped; the JSON is checked and otherwise unused"),
-      later("splitwise-role", "ROLE", "prefill/decode disaggregation arrives later; this server runs as \"mixed\""),
-      later("innode-prefill-ports", "PORTS", "prefill/decode disaggregation arrives later"),
+      flag("splitwise-role", "ROLE",
+           "mixed, or prefill / decode for prefill/decode disaggregation (docs/disaggregation.md): clients talk to "
+           "the decode instance, which has its prompts computed by the prefill instances",
+           "mixed"),
+      flag("innode-prefill-ports", "PORT,...",
+           "--splitwise-role decode: the prefill instances' --engine-worker-queue-port (PORT on this machine, or "
+           "HOST:PORT)"),
       flag("limit-mm-per-prompt", "JSON", "most images and videos in one prompt, e.g. '{\"image\": 100, \"video\": 100}'",
            "{\"image\": 16, \"video\": 2}"),
       flag("mm-processor-kwargs", "JSON",
@@ -122,7 +129,6 @@ void check_choice(const std::string& flag_name, const std::string& value, const 
 // Checks the values of accepted-but-unimplemented flags, so a typo is caught today.
 void check_flag_value(const std::string& name, const std::string& value) {
   if (name == "graph-optimization-config" || name == "model-loader-extra-config") parse_json_object_flag(name, value);
-  if (name == "splitwise-role") check_choice(name, value, {"mixed", "prefill", "decode"});
   if (name == "load-choices") check_choice(name, value, {"default", "default_v1", "new_loader", "dummy"});
 }
 
@@ -142,6 +148,51 @@ void announce_environment() {
   };
   for (const auto& [name, note] : cpu_only)
     if (std::getenv(name) != nullptr) log_info(name, " is set: ", note);
+}
+
+disagg::DisaggregationConfig parse_disaggregation(const ParsedArgs& args, const std::string& host,
+                                                  const EngineConfig& engine) {
+  using disagg::Role;
+  disagg::DisaggregationConfig config;
+  const std::string role = args.get("splitwise-role");
+  check_choice("splitwise-role", role, {"mixed", "prefill", "decode"});
+  config.role = role == "prefill" ? Role::kPrefill : role == "decode" ? Role::kDecode : Role::kMixed;
+  config.host = host;
+  if (args.has("engine-worker-queue-port")) {
+    const int64_t port = args.get_int("engine-worker-queue-port");
+    if (port < 1 || port > 65535) fail("--engine-worker-queue-port must lie in 1..65535, got ", port);
+    config.engine_worker_queue_port = static_cast<int>(port);
+    if (config.role != Role::kPrefill)
+      log_info("--engine-worker-queue-port ", port, ": only a prefill instance opens it; the ", role,
+               " engine runs inside the server process");
+  }
+  if (args.has("innode-prefill-ports")) {
+    if (config.role != Role::kDecode)
+      fail("--innode-prefill-ports names the prefill instances of a decode instance; add --splitwise-role decode");
+    std::stringstream entries(args.get("innode-prefill-ports"));
+    for (std::string entry; std::getline(entries, entry, ',');)
+      config.prefill_endpoints.push_back(disagg::prefill_endpoint(entry));
+  }
+  if (config.role == Role::kPrefill && config.engine_worker_queue_port == 0)
+    fail("--splitwise-role prefill needs --engine-worker-queue-port: the port decode instances send tasks to");
+  if (config.role == Role::kDecode && config.prefill_endpoints.empty())
+    fail("--splitwise-role decode needs --innode-prefill-ports: the prefill instances' --engine-worker-queue-port");
+  if (config.role != Role::kMixed && engine.tensor_parallel_size > 1)
+    fail("--splitwise-role ", role, " with --tensor-parallel-size ", engine.tensor_parallel_size,
+         " is not supported: keys and values move between single-process instances");
+  if (config.role == Role::kDecode && engine.speculative.mtp_drafts() > 0)
+    fail("--splitwise-role decode with --speculative-config method \"mtp\" is not supported: the MTP head's keys "
+         "and values of the prompt are not transferred; use method \"ngram\"");
+  const std::string changeable = env_or("FD_PD_CHANGEABLE", "0");
+  if (changeable != "0" && changeable != "1") fail("FD_PD_CHANGEABLE must be 0 or 1, got \"", changeable, "\"");
+  config.changeable = changeable == "1";
+  const std::string timeout = env_or("ERNIE_PD_TRANSFER_TIMEOUT", "600");
+  char* end = nullptr;
+  const double seconds = std::strtod(timeout.c_str(), &end);
+  if (end == timeout.c_str() || *end != '\0' || !(seconds > 0) || seconds > 86400)
+    fail("ERNIE_PD_TRANSFER_TIMEOUT must be a number of seconds in (0, 86400], got \"", timeout, "\"");
+  config.transfer_timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  return config;
 }
 
 }  // namespace
@@ -173,8 +224,6 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
     if (info.role == FlagRole::kImplemented || !args.has(info.spec.name)) continue;
     const std::string value = info.spec.value_name.empty() ? "" : args.get(info.spec.name);
     check_flag_value(info.spec.name, value);
-    const bool inert_value = info.spec.name == "splitwise-role" && value == "mixed";
-    if (inert_value) continue;
     log_info("--", info.spec.name, value.empty() ? "" : " " + value, ": ", info.note);
   }
   announce_environment();
@@ -242,6 +291,7 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   config.multimodal = parse_multimodal_options(args.get("limit-mm-per-prompt"), args.get_optional("mm-processor-kwargs").value_or(""));
   config.engine = engine_config_from_args(args);
   if (max_waiting > 0) config.engine.max_waiting_time = max_waiting;
+  config.disaggregation = parse_disaggregation(args, config.host, config.engine);
   const ModelConfig model = load_model_config(config.model_dir);
   fit_max_model_len(config.engine, model);
   // A bad --quantization is refused now, not after minutes of loading.

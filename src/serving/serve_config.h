@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "disagg/disaggregation.h"
 #include "engine/engine_config.h"
 #include "serving/multimodal_input.h"
 #include "serving/output_parser.h"
@@ -36,6 +37,7 @@ struct ServeConfig {
   size_t threads = 0;
   MultimodalOptions multimodal;       // --limit-mm-per-prompt, --mm-processor-kwargs (ERNIE-4.5-VL)
   EngineConfig engine;
+  disagg::DisaggregationConfig disaggregation;  // --splitwise-role and its ports
 };
 
 // Parses argv[first..] (after `ernie serve`) and the environment. Returns nullopt when

@@ -1,0 +1,46 @@
+#include "disagg/disaggregation.h"
+
+#include "util/error.h"
+
+namespace ernie::disagg {
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::kMixed: return "mixed";
+    case Role::kPrefill: return "prefill";
+    case Role::kDecode: return "decode";
+  }
+  return "?";
+}
+
+Disaggregation::Disaggregation(const DisaggregationConfig& config, int max_num_seqs) : config_(config) {
+  if (config_.role == Role::kPrefill)
+    prefill_ = std::make_unique<PrefillServer>(config_.host, config_.engine_worker_queue_port, max_num_seqs);
+}
+
+Disaggregation::~Disaggregation() { stop(); }
+
+void Disaggregation::prepare(Engine& engine) {
+  format_ = kv_format_of(engine);
+  if (config_.role != Role::kDecode) return;
+  DecodeOptions options;
+  options.prefill_endpoints = config_.prefill_endpoints;
+  options.changeable = config_.changeable;
+  options.transfer_timeout = config_.transfer_timeout;
+  coordinator_ = std::make_unique<DecodeCoordinator>(engine.kv_pool(), format_, options);
+  engine.set_remote_prefill(coordinator_.get());
+}
+
+void Disaggregation::attach(EngineClient& client) {
+  if (coordinator_)
+    coordinator_->set_outcome_sink(
+        [&client](const std::string& id, bool succeeded) { client.complete_remote_prefill(id, succeeded); });
+  if (prefill_) prefill_->start(client, format_);
+}
+
+void Disaggregation::stop() {
+  if (coordinator_) coordinator_->stop();
+  if (prefill_) prefill_->stop();
+}
+
+}  // namespace ernie::disagg

@@ -61,20 +61,26 @@ PrefillServer::PrefillServer(const std::string& host, int port, int max_num_seqs
     socket->set(zmq::sockopt::sndhwm, 0);
     socket->set(zmq::sockopt::rcvhwm, 0);
   }
-  const std::string tcp = str_cat("tcp://", host == "0.0.0.0" ? "*" : host, ":", port);
-  const std::string ipc = local_endpoint(port);
+  // Port 0: any free port (tests); port() tells which.
+  const std::string tcp = str_cat("tcp://", host == "0.0.0.0" ? "*" : host, ":", port == 0 ? "*" : std::to_string(port));
   try {
     router_.bind(tcp);
+    const std::string bound = router_.get(zmq::sockopt::last_endpoint);
+    port_ = std::stoi(bound.substr(bound.rfind(':') + 1));
+  } catch (const zmq::error_t& error) {
+    fail("--engine-worker-queue-port ", port, ": cannot listen for decode instances on ", tcp, ": ", error.what());
+  }
+  const std::string ipc = local_endpoint(port_);
+  try {
     ipc_path_ = ipc.substr(6);
     std::filesystem::remove(ipc_path_);  // left by a process that did not exit cleanly
     router_.bind(ipc);
   } catch (const zmq::error_t& error) {
-    fail("--engine-worker-queue-port ", port, ": cannot listen for decode instances on ", tcp, " and ", ipc, ": ",
-         error.what());
+    fail("--engine-worker-queue-port ", port_, ": cannot listen for decode instances on ", ipc, ": ", error.what());
   }
   pull_.bind("inproc://prefill-out");
   push_.connect("inproc://prefill-out");
-  log_info("prefill role: decode instances connect to ", tcp, " and ", ipc);
+  log_info("prefill role: decode instances connect to port ", port_, " (TCP) and ", ipc);
 }
 
 void PrefillServer::start(EngineClient& engine, const KvFormat& format) {

@@ -34,6 +34,7 @@ class PrefillServer {
   // may report until then: their messages are dropped).
   void stop();
   int tasks_in_flight() const;
+  int port() const { return port_; }
 
  private:
   struct Task {
@@ -52,6 +53,7 @@ class PrefillServer {
   KvFormat format_;
   int max_num_seqs_;
   std::string instance_ = new_instance_id();
+  int port_ = 0;
   std::string ipc_path_;
   zmq::context_t context_;
   zmq::socket_t router_;  // decode instances; server thread only

@@ -184,5 +184,33 @@ TEST(KvBlockPoolTest, EvictedCachedBlocksComeBackFromTheSwapTier) {
   EXPECT_FALSE(pool.acquire_cached(2000, std::vector<int32_t>{9, 9, 9, 9}).has_value());
 }
 
+TEST(KvBlockPoolTest, LayerRowsOfARunOfPositionsGoOutAndComeBackThroughTheBlockTable) {
+  // 3 layers, 4-byte rows, blocks of 4 positions; a sequence over blocks 5, 2, 7.
+  KvBlockPool source(3, 4, 4, 8), destination(3, 4, 4, 8);
+  const std::vector<BlockId> table = {5, 2, 7};
+  const std::vector<BlockId> other_table = {1, 6, 0};
+  for (int position = 0; position < 12; ++position)
+    for (int layer = 0; layer < 3; ++layer) {
+      const BlockId block = table[static_cast<size_t>(position / 4)];
+      std::memset(source.key(block, layer, position % 4), 100 + position, 4);
+      std::memset(source.value(block, layer, position % 4), 200 - position, 4);
+    }
+  // Positions 3..9 of layer 1: K rows then V rows, crossing two block boundaries.
+  std::vector<uint8_t> rows(2 * 7 * 4);
+  source.read_layer_rows(table, 1, 3, 7, rows.data());
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(rows[static_cast<size_t>(4 * i)], 100 + 3 + i) << i;
+    EXPECT_EQ(rows[static_cast<size_t>(4 * (7 + i))], 200 - 3 - i) << i;
+  }
+  destination.write_layer_rows(other_table, 1, 3, 7, rows.data());
+  for (int position = 3; position < 10; ++position) {
+    const BlockId block = other_table[static_cast<size_t>(position / 4)];
+    EXPECT_EQ(static_cast<const uint8_t*>(destination.key(block, 1, position % 4))[3], 100 + position);
+    EXPECT_EQ(static_cast<const uint8_t*>(destination.value(block, 1, position % 4))[0], 200 - position);
+    EXPECT_EQ(static_cast<const uint8_t*>(destination.key(block, 0, position % 4))[0], 0) << "other layers untouched";
+  }
+  EXPECT_THROW(source.read_layer_rows(table, 1, 10, 3, rows.data()), Error) << "past the table's 12 positions";
+}
+
 }  // namespace
 }  // namespace ernie

@@ -1,0 +1,137 @@
+// Prefill/decode disaggregation end to end (issue 19): `ernie serve` processes started
+// with the 21B-A3B guide's 1P1D flags (less --tensor-parallel-size and --max-model-len,
+// which the shipped model cannot take), on the shipped trained model. Clients talk to
+// the decode instance; its answers, streamed or not, must be exactly the mixed
+// instance's, also when the prefill instance it chose is killed mid-request.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import OpenAI from 'openai';
+import { freePort, startServer } from './server.mjs';
+
+const shipped = { model: null, maxModelLen: null };
+const logRoot = process.env.ERNIE_E2E_LOG_DIR ?? '/tmp/ernie-e2e-logs';
+const common = ['--max-num-seqs', '20', '--quantization', 'block_wise_fp8', '--cache-queue-port', '0'];
+
+async function listening(server) {
+  for (let i = 0; i < 600 && !/serving \S+ on http/.test(server.output()); ++i) await new Promise((r) => setTimeout(r, 100));
+  return server;
+}
+
+async function prefillInstance(name) {
+  const queuePort = await freePort();
+  const server = await listening(await startServer(
+    [...common, '--num-gpu-blocks-override', '4000', '--gpu-memory-utilization', '0.9', '--kv-cache-ratio', '0.9',
+     '--engine-worker-queue-port', String(queuePort), '--splitwise-role', 'prefill'],
+    { INFERENCE_MSG_QUEUE_ID: '1315', FD_ATTENTION_BACKEND: 'FLASH_ATTN', FD_LOG_DIR: `${logRoot}/${name}` }, shipped));
+  return { server, queuePort };
+}
+
+async function decodeInstance(queuePorts, env = {}) {
+  const server = await listening(await startServer(
+    [...common, '--gpu-memory-utilization', '0.85', '--kv-cache-ratio', '0.1',
+     '--engine-worker-queue-port', String(await freePort()), '--innode-prefill-ports', queuePorts.join(','),
+     '--splitwise-role', 'decode'],
+    { INFERENCE_MSG_QUEUE_ID: '1215', FD_LOG_DIR: `${logRoot}/decode`, ...env }, shipped));
+  // The first status round from its prefill instances.
+  for (let i = 0; i < 50 && !/prefill instance .* is up/.test(server.output()); ++i) await new Promise((r) => setTimeout(r, 100));
+  return server;
+}
+
+const prompts = ['And God said', 'In the beginning God created the heaven and the earth. And the earth was',
+                 'The LORD is my shepherd; I shall not want. He maketh me to lie down in green pastures'];
+
+// The requests whose keys and values a decode instance received (from one prefill
+// instance's port, when given).
+function transferred(decode, port = '\\d+') {
+  const lines = decode.output().matchAll(new RegExp(`request (\\S+): \\d+ positions' keys and values .* from ipc:\\S+-${port}\\.ipc`, 'g'));
+  return new Set([...lines].map((match) => match[1]));
+}
+
+async function completion(server, prompt) {
+  const client = new OpenAI({ apiKey: 'unused', baseURL: `${server.baseURL}/v1` });
+  const answer = await client.completions.create({ model: 'default', prompt, max_tokens: 24, temperature: 0 });
+  return answer.choices[0].text;
+}
+
+async function answers(server) {
+  const client = new OpenAI({ apiKey: 'unused', baseURL: `${server.baseURL}/v1` });
+  const out = await Promise.all(prompts.map((prompt) => completion(server, prompt)));
+  const chat = await client.chat.completions.create({ model: 'default', temperature: 0, max_tokens: 20, stream: true,
+                                                      messages: [{ role: 'user', content: 'Who made the heaven?' }] });
+  let streamed = '';
+  for await (const chunk of chat) streamed += chunk.choices[0]?.delta?.content ?? '';
+  out.push(streamed);
+  return out;
+}
+
+let expected;
+test('the mixed reference', { timeout: 120000 }, async () => {
+  const mixed = await listening(await startServer(common, { FD_LOG_DIR: `${logRoot}/mixed` }, shipped));
+  try {
+    expected = await answers(mixed);
+    expected.push(await completion(mixed, 'Thou shalt'));
+  } finally {
+    assert.equal(await mixed.stop(), 0);
+  }
+});
+
+test('1P1D with the seed flags answers exactly what a mixed instance answers, streamed and not', { timeout: 180000 }, async () => {
+  const prefill = await prefillInstance('prefill');
+  const decode = await decodeInstance([prefill.queuePort]);
+  try {
+    assert.deepEqual(await answers(decode), expected.slice(0, 4));
+    assert.equal(transferred(decode).size, 4, decode.output());
+    // The prefill instance holds nothing once its tasks are done.
+    const metrics = await (await fetch(`${prefill.server.baseURL}/metrics`)).text();
+    assert.match(metrics, /num_requests_running 0\n/);
+  } finally {
+    assert.equal(await decode.stop(), 0);
+    assert.equal(await prefill.server.stop(), 0);
+  }
+});
+
+test('a prefill instance killed mid-request: the task moves to another, then to the decode instance itself', { timeout: 180000 }, async () => {
+  const first = await prefillInstance('prefill-1');
+  const second = await prefillInstance('prefill-2');
+  const decode = await decodeInstance([first.queuePort, second.queuePort]);
+  try {
+    // Both report the same free seats, so the first listed gets the task; it is frozen
+    // as the task arrives and killed while it holds it.
+    process.kill(first.server.pid, 'SIGSTOP');
+    const pending = completion(decode, prompts[1]);
+    await new Promise((r) => setTimeout(r, 300));
+    process.kill(first.server.pid, 'SIGKILL');
+    assert.equal(await pending, expected[1]);
+    assert.match(decode.output(), /attempt 1 on \S+ failed: it fell silent/);
+    assert.equal(transferred(decode, second.queuePort).size, 1, decode.output());
+    // With no prefill instance left, the decode instance computes the prompt itself.
+    await second.server.stop('SIGKILL');
+    assert.equal(await completion(decode, 'Thou shalt'), expected[4]);
+    assert.match(decode.output(), /is computed here: /);
+  } finally {
+    assert.equal(await decode.stop(), 0);
+    await first.server.exited;
+  }
+});
+
+test('FD_PD_CHANGEABLE=1 serves as mixed when no prefill instance has a free seat; bad settings are refused', { timeout: 120000 }, async () => {
+  const unreachable = await freePort();  // nothing listens there
+  const decode = await decodeInstance([unreachable], { FD_PD_CHANGEABLE: '1' });
+  try {
+    assert.equal(await completion(decode, prompts[0]), expected[0]);
+  } finally {
+    assert.equal(await decode.stop(), 0);
+  }
+  const refused = (args, reason) => {
+    const run = spawnSync(process.env.ERNIE_BINARY, ['serve', ...args], { encoding: 'utf8', timeout: 30000 });
+    assert.notEqual(run.status, 0, run.stdout);
+    assert.match(run.stdout + run.stderr, reason);
+  };
+  refused(['--splitwise-role', 'prefill'], /needs --engine-worker-queue-port/);
+  refused(['--splitwise-role', 'decode'], /needs --innode-prefill-ports/);
+  refused(['--innode-prefill-ports', '7013'], /add --splitwise-role decode/);
+  refused(['--splitwise-role', 'decode', '--innode-prefill-ports', 'host:x'], /is not PORT .* or HOST:PORT/);
+  refused(['--splitwise-role', 'decode', '--innode-prefill-ports', '7013', '--tensor-parallel-size', '2'],
+          /with --tensor-parallel-size 2 is not supported/);
+});

@@ -5,6 +5,7 @@
 #include "cli/engine_setup.h"
 #include "model/generation_config.h"
 #include "serving/output_parser.h"
+#include "serving/router_registration.h"
 #include "serving/serve_config.h"
 #include "serving/server_runner.h"
 #include "util/log.h"
@@ -39,6 +40,14 @@ int serve_command(int argc, char** argv) {
     disagg::Disaggregation& disaggregation;
     ~StopBeforeEngine() { disaggregation.stop(); }
   } stop_before_engine{disaggregation};
+  std::unique_ptr<RouterRegistration> registration;
+  if (!config.router.empty()) {
+    const disagg::PrefillServer* prefill = disaggregation.prefill_server();
+    registration = std::make_unique<RouterRegistration>(
+        RouterRegistrationInfo{config.router, disagg::role_name(config.disaggregation.role), config.host, config.port,
+                               prefill ? prefill->port() : 0},
+        [&disaggregation](const std::vector<std::string>& endpoints) { disaggregation.set_prefill_endpoints(endpoints); });
+  }
   const GenerationConfig generation = load_generation_config(config.model_dir);
   return serve_until_signalled(config, shutdown_signals, *engine.client, *engine.tokenizer, engine.engine_model(),
                                generation);

@@ -11,5 +11,6 @@ int synth_command(int argc, char** argv);   // ernie synth
 int quantize_command(int argc, char** argv);  // ernie quantize
 int bench_command(int argc, char** argv);   // ernie bench
 int serve_command(int argc, char** argv);   // ernie serve
+int router_command(int argc, char** argv);  // ernie router
 
 }  // namespace ernie

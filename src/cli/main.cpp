@@ -16,6 +16,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  serve     OpenAI-compatible HTTP server (FastDeploy's flags)\n"
+    "  router    routes requests to prefill/decode instances on several machines\n"
     "  run       generate text from a prompt, streamed to stdout\n"
     "  logits    write the logits of every position of a token sequence\n"
     "  perplexity  score a text file: the perplexity users compare checkpoints and quantizations by\n"
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "serve" || command == "bench") ernie::relaunch_under_mpirun_if_needed(argc, argv);
     if (command == "serve") return ernie::serve_command(argc, argv);
+    if (command == "router") return ernie::router_command(argc, argv);
     if (command == "run") return ernie::run_command(argc, argv);
     if (command == "logits") return ernie::logits_command(argc, argv);
     if (command == "perplexity") return ernie::perplexity_command(argc, argv);

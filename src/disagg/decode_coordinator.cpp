@@ -24,24 +24,11 @@ std::string prefill_endpoint(const std::string& entry) {
 DecodeCoordinator::DecodeCoordinator(KvBlockPool& pool, KvFormat format, DecodeOptions options)
     : pool_(pool), format_(std::move(format)), options_(std::move(options)), context_(1),
       wake_pull_(context_, zmq::socket_type::pull), wake_push_(context_, zmq::socket_type::push) {
-  if (options_.prefill_endpoints.empty()) fail("the decode role needs at least one prefill instance");
   for (zmq::socket_t* socket : {&wake_pull_, &wake_push_}) socket->set(zmq::sockopt::linger, 0);
   const std::string wake = str_cat("inproc://decode-wake-", static_cast<const void*>(this));
   wake_pull_.bind(wake);
   wake_push_.connect(wake);
-  for (const std::string& endpoint : options_.prefill_endpoints) {
-    Prefill prefill;
-    prefill.endpoint = endpoint;
-    prefill.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-    prefill.socket->set(zmq::sockopt::linger, 0);
-    prefill.socket->set(zmq::sockopt::rcvhwm, 0);
-    prefill.socket->set(zmq::sockopt::sndhwm, 0);
-    // Queue nothing for a prefill instance that is not connected: a task must never
-    // reach a restarted instance after the decode instance has given up on it.
-    prefill.socket->set(zmq::sockopt::immediate, 1);
-    prefill.socket->connect(endpoint);
-    prefills_.push_back(std::move(prefill));
-  }
+  for (const std::string& endpoint : options_.prefill_endpoints) connect(endpoint);
   log_info("decode role: prompts go to ", prefills_.size(), " prefill instance(s); KV format ", format_.describe());
   thread_ = std::thread([this] { run(); });
 }
@@ -54,6 +41,46 @@ void DecodeCoordinator::stop() {
     stopping_ = true;
   }
   if (thread_.joinable()) thread_.join();
+}
+
+void DecodeCoordinator::connect(const std::string& endpoint) {
+  Prefill prefill;
+  prefill.endpoint = endpoint;
+  prefill.socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  prefill.socket->set(zmq::sockopt::linger, 0);
+  prefill.socket->set(zmq::sockopt::rcvhwm, 0);
+  prefill.socket->set(zmq::sockopt::sndhwm, 0);
+  // Queue nothing for a prefill instance that is not connected: a task must never reach
+  // a restarted instance after the decode instance has given up on it.
+  prefill.socket->set(zmq::sockopt::immediate, 1);
+  prefill.socket->connect(endpoint);
+  prefills_.push_back(std::move(prefill));
+}
+
+void DecodeCoordinator::set_prefill_endpoints(std::vector<std::string> endpoints) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    new_endpoints_ = std::move(endpoints);
+  }
+}
+
+void DecodeCoordinator::update_prefills() {
+  std::optional<std::vector<std::string>> endpoints;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    endpoints.swap(new_endpoints_);
+  }
+  if (!endpoints) return;
+  for (Prefill& prefill : prefills_)
+    prefill.listed = std::find(endpoints->begin(), endpoints->end(), prefill.endpoint) != endpoints->end();
+  for (const std::string& endpoint : *endpoints) {
+    const bool known = std::any_of(prefills_.begin(), prefills_.end(),
+                                   [&](const Prefill& prefill) { return prefill.endpoint == endpoint; });
+    if (!known) {
+      connect(endpoint);
+      log_info("decode role: prefill instance ", endpoint, " joined");
+    }
+  }
 }
 
 void DecodeCoordinator::set_outcome_sink(std::function<void(const std::string&, bool)> sink) { sink_ = std::move(sink); }
@@ -87,9 +114,11 @@ void DecodeCoordinator::cancel(const std::string& request_id) {
 }
 
 void DecodeCoordinator::run() {
-  std::vector<zmq::pollitem_t> items = {{wake_pull_.handle(), 0, ZMQ_POLLIN, 0}};
-  for (const Prefill& prefill : prefills_) items.push_back({prefill.socket->handle(), 0, ZMQ_POLLIN, 0});
+  std::vector<zmq::pollitem_t> items;
   for (;;) {
+    update_prefills();
+    items.assign(1, {wake_pull_.handle(), 0, ZMQ_POLLIN, 0});
+    for (const Prefill& prefill : prefills_) items.push_back({prefill.socket->handle(), 0, ZMQ_POLLIN, 0});
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
     zmq::message_t signal;
     while (wake_pull_.recv(signal, zmq::recv_flags::dontwait)) {
@@ -236,7 +265,8 @@ int DecodeCoordinator::pick_prefill(const Transfer& transfer) const {
   int best = -1;
   for (size_t index = 0; index < prefills_.size(); ++index) {
     const Prefill& prefill = prefills_[index];
-    if (!prefill.usable || prefill.free_seats <= 0 || transfer.tried.count(static_cast<int>(index)) != 0) continue;
+    if (!prefill.usable || !prefill.listed || prefill.free_seats <= 0 || transfer.tried.count(static_cast<int>(index)) != 0)
+      continue;
     if (best < 0 || prefill.free_seats > prefills_[static_cast<size_t>(best)].free_seats) best = static_cast<int>(index);
   }
   return best;
@@ -271,7 +301,7 @@ void DecodeCoordinator::dispatch(std::vector<std::pair<std::string, bool>>& outc
       continue;
     }
     const bool any_untried = std::any_of(prefills_.begin(), prefills_.end(), [&](const Prefill& prefill) {
-      return prefill.usable && transfer->tried.count(static_cast<int>(&prefill - prefills_.data())) == 0;
+      return prefill.usable && prefill.listed && transfer->tried.count(static_cast<int>(&prefill - prefills_.data())) == 0;
     });
     std::string why;
     if (options_.changeable) {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -57,6 +58,9 @@ class DecodeCoordinator final : public RemotePrefill {
 
   // Where outcomes go (EngineClient::complete_remote_prefill); set before the first task.
   void set_outcome_sink(std::function<void(const std::string& request_id, bool succeeded)> sink);
+  // Replaces the list of prefill instances (a router's registrations): new ones are
+  // connected, ones left out get no new tasks. Any thread.
+  void set_prefill_endpoints(std::vector<std::string> endpoints);
   void start(RemotePrefillTask task) override;
   void cancel(const std::string& request_id) override;
   // Stops the transfer thread (before the engine client goes); cancel() stays valid.
@@ -71,6 +75,7 @@ class DecodeCoordinator final : public RemotePrefill {
     std::string instance;  // from its last status; empty until heard
     int free_seats = 0;
     bool usable = false;   // heard within kSilenceLimit, same KV format
+    bool listed = true;    // in the latest set_prefill_endpoints
     bool format_reported = false;
     Clock::time_point last_heard{};
     Clock::time_point last_probe{};
@@ -89,6 +94,9 @@ class DecodeCoordinator final : public RemotePrefill {
   };
 
   void run();
+  // Transfer thread: connects the endpoints of the latest set_prefill_endpoints.
+  void update_prefills();
+  void connect(const std::string& endpoint);
   void on_prefill_message(int prefill, zmq::multipart_t& message, std::vector<std::pair<std::string, bool>>& outcomes);
   void on_status(int prefill, const zmq::multipart_t& message);
   void probe_and_expire(std::vector<std::pair<std::string, bool>>& outcomes);
@@ -110,6 +118,7 @@ class DecodeCoordinator final : public RemotePrefill {
   mutable std::mutex mutex_;
   std::map<std::string, Transfer> transfers_;  // by request id
   std::vector<std::pair<int, std::string>> cancels_;  // (prefill, wire id) to tell
+  std::optional<std::vector<std::string>> new_endpoints_;  // from set_prefill_endpoints
   TransferStats stats_;
   bool stopping_ = false;
   std::thread thread_;

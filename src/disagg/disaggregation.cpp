@@ -28,7 +28,7 @@ void Disaggregation::prepare(Engine& engine) {
   options.changeable = config_.changeable;
   options.transfer_timeout = config_.transfer_timeout;
   coordinator_ = std::make_unique<DecodeCoordinator>(engine.kv_pool(), format_, options);
-  engine.set_remote_prefill(coordinator_.get());
+  engine.set_remote_prefill(coordinator_.get(), config_.local_prompt_tokens);
 }
 
 void Disaggregation::attach(EngineClient& client) {

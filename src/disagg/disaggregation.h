@@ -23,6 +23,9 @@ struct DisaggregationConfig {
   std::vector<std::string> prefill_endpoints;  // decode: prefill_endpoint() of each --innode-prefill-ports entry
   bool changeable = false;              // FD_PD_CHANGEABLE
   std::chrono::milliseconds transfer_timeout{std::chrono::minutes(10)};  // ERNIE_PD_TRANSFER_TIMEOUT
+  // Decode: prompts of at most this many tokens are computed here, not sent (0: all are
+  // sent, as FastDeploy does); ERNIE_PD_LOCAL_PROMPT_TOKENS.
+  int64_t local_prompt_tokens = 0;
 };
 
 const char* role_name(Role role);
@@ -41,6 +44,10 @@ class Disaggregation {
   void stop();
 
   const DecodeCoordinator* coordinator() const { return coordinator_.get(); }
+  // A router's current prefill instances (decode role; ignored otherwise).
+  void set_prefill_endpoints(std::vector<std::string> endpoints) {
+    if (coordinator_) coordinator_->set_prefill_endpoints(std::move(endpoints));
+  }
   const PrefillServer* prefill_server() const { return prefill_.get(); }
 
  private:

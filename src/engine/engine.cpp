@@ -106,7 +106,8 @@ void Engine::add_request(GenerateRequest request) {
   // Prompt logprobs need the logits of every prompt position, and images their features:
   // such prompts are computed here.
   engine_request.remote_prefill =
-      remote_ != nullptr && prompt_length >= 2 && !engine_request.multimodal && !engine_request.params.prompt_logprobs;
+      remote_ != nullptr && prompt_length >= 2 && prompt_length > local_prompt_tokens_ && !engine_request.multimodal &&
+      !engine_request.params.prompt_logprobs;
   engine_request.kv_export = std::move(request.kv_export);
   const uint64_t default_seed = seeds_.next();
   engine_request.sampler = std::make_unique<RequestSampler>(

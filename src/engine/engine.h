@@ -103,8 +103,12 @@ class Engine {
   EngineStats stats() const;
 
   // Decode role of disaggregation: from now on, the prompts of text requests (without
-  // prompt logprobs) are computed by `remote`, which must outlive the engine.
-  void set_remote_prefill(RemotePrefill* remote) { remote_ = remote; }
+  // prompt logprobs) longer than `local_prompt_tokens` are computed by `remote`, which
+  // must outlive the engine.
+  void set_remote_prefill(RemotePrefill* remote, int64_t local_prompt_tokens = 0) {
+    remote_ = remote;
+    local_prompt_tokens_ = local_prompt_tokens;
+  }
   // The outcome of a RemotePrefill task: on success the request's prompt, but its last
   // token, is in its blocks; on failure only its cached prefix is, and the engine
   // computes the rest itself. A request that has ended meanwhile is ignored.
@@ -202,6 +206,7 @@ class Engine {
   std::unique_ptr<GuidedDecoding> guided_;  // made for the first constrained request
   std::vector<MaskJob> step_masks_;
   RemotePrefill* remote_ = nullptr;  // decode role only
+  int64_t local_prompt_tokens_ = 0;
 };
 
 }  // namespace ernie

@@ -26,6 +26,7 @@ enum class FlagRole {
   kImplemented,  // parsed into ServeConfig
   kCpuMeaning,   // has no meaning on a CPU: a log line says what happens instead
   kLater,        // implemented by a later part of ernie.cpp: a log line says so
+  kRefused,      // a design ernie.cpp does not follow: the server refuses to start, saying what to use
 };
 
 struct FlagInfo {
@@ -44,6 +45,13 @@ FlagInfo cpu(std::string name, std::string value, std::string note) {
 FlagInfo later(std::string name, std::string value, std::string note) {
   return {{std::move(name), std::move(value), "accepted; " + note, ""}, FlagRole::kLater, std::move(note)};
 }
+FlagInfo refused(std::string name, std::string value, std::string note) {
+  return {{std::move(name), std::move(value), "refused: " + note, ""}, FlagRole::kRefused, std::move(note)};
+}
+
+const char* const kSplitwiseSchedulerNote =
+    "FastDeploy's Redis \"splitwise\" scheduler is not supported; start `ernie router` and give each prefill and "
+    "decode instance --router HOST:PORT (docs/disaggregation.md)";
 
 std::vector<FlagInfo> serve_flags() {
   std::vector<FlagInfo> flags = {
@@ -93,6 +101,19 @@ std::vector<FlagInfo> serve_flags() {
       flag("innode-prefill-ports", "PORT,...",
            "--splitwise-role decode: the prefill instances' --engine-worker-queue-port (PORT on this machine, or "
            "HOST:PORT)"),
+      flag("router", "HOST:PORT",
+           "register with `ernie router` at HOST:PORT (every second); a decode instance takes its prefill instances "
+           "from it"),
+      cpu("cache-transfer-protocol", "PROTOCOLS",
+          "keys and values move over ZeroMQ: a Unix socket on one machine, TCP between machines"),
+      cpu("rdma-comm-ports", "PORTS", "no RDMA: keys and values move over TCP between machines"),
+      cpu("pd-comm-port", "PORT", "a decode instance reaches its prefill instances at their --engine-worker-queue-port"),
+      refused("scheduler-host", "HOST", kSplitwiseSchedulerNote),
+      refused("scheduler-port", "PORT", kSplitwiseSchedulerNote),
+      refused("scheduler-topic", "TOPIC", kSplitwiseSchedulerNote),
+      refused("scheduler-ttl", "SECONDS", kSplitwiseSchedulerNote),
+      refused("scheduler-password", "PASSWORD", kSplitwiseSchedulerNote),
+      refused("scheduler-db", "N", kSplitwiseSchedulerNote),
       flag("limit-mm-per-prompt", "JSON", "most images and videos in one prompt, e.g. '{\"image\": 100, \"video\": 100}'",
            "{\"image\": 16, \"video\": 2}"),
       flag("mm-processor-kwargs", "JSON",
@@ -130,6 +151,7 @@ void check_choice(const std::string& flag_name, const std::string& value, const 
 void check_flag_value(const std::string& name, const std::string& value) {
   if (name == "graph-optimization-config" || name == "model-loader-extra-config") parse_json_object_flag(name, value);
   if (name == "load-choices") check_choice(name, value, {"default", "default_v1", "new_loader", "dummy"});
+  if (name == "scheduler-name" && value == "splitwise") fail("--scheduler-name splitwise: ", kSplitwiseSchedulerNote);
 }
 
 std::string read_template_argument(const std::string& value) {
@@ -175,8 +197,9 @@ disagg::DisaggregationConfig parse_disaggregation(const ParsedArgs& args, const 
   }
   if (config.role == Role::kPrefill && config.engine_worker_queue_port == 0)
     fail("--splitwise-role prefill needs --engine-worker-queue-port: the port decode instances send tasks to");
-  if (config.role == Role::kDecode && config.prefill_endpoints.empty())
-    fail("--splitwise-role decode needs --innode-prefill-ports: the prefill instances' --engine-worker-queue-port");
+  if (config.role == Role::kDecode && config.prefill_endpoints.empty() && !args.has("router"))
+    fail("--splitwise-role decode needs --innode-prefill-ports (the prefill instances' --engine-worker-queue-port) or "
+         "--router (the `ernie router` they register with)");
   if (config.role != Role::kMixed && engine.tensor_parallel_size > 1)
     fail("--splitwise-role ", role, " with --tensor-parallel-size ", engine.tensor_parallel_size,
          " is not supported: keys and values move between single-process instances");
@@ -192,6 +215,12 @@ disagg::DisaggregationConfig parse_disaggregation(const ParsedArgs& args, const 
   if (end == timeout.c_str() || *end != '\0' || !(seconds > 0) || seconds > 86400)
     fail("ERNIE_PD_TRANSFER_TIMEOUT must be a number of seconds in (0, 86400], got \"", timeout, "\"");
   config.transfer_timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  const std::string local = env_or("ERNIE_PD_LOCAL_PROMPT_TOKENS", "0");
+  const char* local_end = local.c_str();
+  const long long local_tokens = std::strtoll(local.c_str(), const_cast<char**>(&local_end), 10);
+  if (local_end == local.c_str() || *local_end != '\0' || local_tokens < 0 || local_tokens > 1000000000)
+    fail("ERNIE_PD_LOCAL_PROMPT_TOKENS must be a whole number of tokens >= 0, got \"", local, "\"");
+  config.local_prompt_tokens = local_tokens;
   return config;
 }
 
@@ -222,6 +251,7 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
 
   for (const FlagInfo& info : flags) {
     if (info.role == FlagRole::kImplemented || !args.has(info.spec.name)) continue;
+    if (info.role == FlagRole::kRefused) fail("--", info.spec.name, ": ", info.note);
     const std::string value = info.spec.value_name.empty() ? "" : args.get(info.spec.name);
     check_flag_value(info.spec.name, value);
     log_info("--", info.spec.name, value.empty() ? "" : " " + value, ": ", info.note);
@@ -292,6 +322,12 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   config.engine = engine_config_from_args(args);
   if (max_waiting > 0) config.engine.max_waiting_time = max_waiting;
   config.disaggregation = parse_disaggregation(args, config.host, config.engine);
+  if (args.has("router")) {
+    config.router = args.get("router");
+    const size_t colon = config.router.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == config.router.size())
+      fail("--router must be HOST:PORT, got \"", config.router, "\"");
+  }
   const ModelConfig model = load_model_config(config.model_dir);
   fit_max_model_len(config.engine, model);
   // A bad --quantization is refused now, not after minutes of loading.

@@ -38,6 +38,7 @@ struct ServeConfig {
   MultimodalOptions multimodal;       // --limit-mm-per-prompt, --mm-processor-kwargs (ERNIE-4.5-VL)
   EngineConfig engine;
   disagg::DisaggregationConfig disaggregation;  // --splitwise-role and its ports
+  std::string router;                 // --router HOST:PORT: register with `ernie router`; empty: none
 };
 
 // Parses argv[first..] (after `ernie serve`) and the environment. Returns nullopt when

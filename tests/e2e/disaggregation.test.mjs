@@ -5,7 +5,7 @@
 // instance's, also when the prefill instance it chose is killed mid-request.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
 import { freePort, startServer } from './server.mjs';
 
@@ -135,3 +135,57 @@ test('FD_PD_CHANGEABLE=1 serves as mixed when no prefill instance has a free sea
   refused(['--splitwise-role', 'decode', '--innode-prefill-ports', '7013', '--tensor-parallel-size', '2'],
           /with --tensor-parallel-size 2 is not supported/);
 });
+
+// Across machines: `ernie router` with instances registered by --router (one machine
+// here, over TCP and the router's HTTP as between machines).
+async function startRouter() {
+  const port = await freePort();
+  const child = spawn(process.env.ERNIE_BINARY, ['router', '--host', '127.0.0.1', '--port', String(port), '--splitwise'],
+                      { stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (data) => { output += data.toString(); });
+  child.stderr.on('data', (data) => { output += data.toString(); });
+  const exited = new Promise((resolve) => child.once('exit', (code) => resolve(code)));
+  for (let i = 0; i < 100 && !output.includes('router on'); ++i) await new Promise((r) => setTimeout(r, 50));
+  assert.match(output, /router on/);
+  return { port, baseURL: `http://127.0.0.1:${port}`, output: () => output, stop: () => { child.kill('SIGTERM'); return exited; } };
+}
+
+test('ernie router: instances register with --router and requests to the router come back as a mixed instance answers', { timeout: 180000 }, async () => {
+  const router = await startRouter();
+  const routerFlag = ['--router', `127.0.0.1:${router.port}`];
+  const prefill = await listening(await startServer(
+    [...common, '--engine-worker-queue-port', String(await freePort()), '--splitwise-role', 'prefill', ...routerFlag],
+    { FD_LOG_DIR: `${logRoot}/router-prefill` }, shipped));
+  const decode = await listening(await startServer(
+    [...common, '--splitwise-role', 'decode', ...routerFlag], { FD_LOG_DIR: `${logRoot}/router-decode` }, shipped));
+  try {
+    for (let i = 0; i < 100 && !/prefill instance tcp:\S+ is up/.test(decode.output()); ++i) await new Promise((r) => setTimeout(r, 100));
+    const registered = await (await fetch(`${router.baseURL}/registered`)).json();
+    assert.deepEqual(registered.instances.map((instance) => instance.role).sort(), ['decode', 'prefill']);
+    assert.deepEqual(await answers(router), expected.slice(0, 4));
+    assert.equal(transferredOverTcp(decode), 4, decode.output());
+    // A bad registration is refused with the reason.
+    const bad = await fetch(`${router.baseURL}/register`, { method: 'POST', body: '{"role":"prefill","port":1}' });
+    assert.equal(bad.status, 400);
+    assert.match((await bad.json()).error.message, /engine_worker_queue_port/);
+    // With the decode instance gone, the router says so instead of hanging.
+    assert.equal(await decode.stop(), 0);
+    const orphaned = await fetch(`${router.baseURL}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'x', max_tokens: 2 }) });
+    assert.ok([502, 503].includes(orphaned.status), String(orphaned.status));
+  } finally {
+    await decode.stop();
+    assert.equal(await prefill.stop(), 0);
+    assert.equal(await router.stop(), 0);
+  }
+  const splitwise = spawnSync(process.env.ERNIE_BINARY, ['serve', '--scheduler-name', 'splitwise', '--scheduler-host', 'redis'],
+                              { encoding: 'utf8', timeout: 30000 });
+  assert.notEqual(splitwise.status, 0);
+  assert.match(splitwise.stderr, /Redis "splitwise" scheduler is not supported; start `ernie router`/);
+});
+
+function transferredOverTcp(decode) {
+  const lines = decode.output().matchAll(/request (\S+): \d+ positions' keys and values .* from tcp:/g);
+  return new Set([...lines].map((match) => match[1])).size;
+}

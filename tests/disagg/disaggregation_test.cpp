@@ -185,6 +185,25 @@ TEST_F(DisaggregationTest, APrefillInstanceThatFallsSilentHasItsTaskRetriedOnAno
   EXPECT_EQ(stats.computed_here, 0);
 }
 
+TEST_F(DisaggregationTest, ATaskPastTheTransferTimeoutIsCancelledAndRetriedOnAnother) {
+  const GenerateRequest request = make_request("r", 50, 10);
+  const std::vector<Result> expected = mixed({request});
+  Instance first(prefill_config());
+  Instance second(prefill_config());
+  DisaggregationConfig config = decode_config({local(first), local(second)});
+  config.transfer_timeout = 300ms;
+  Instance decode(config);
+  wait_until_connected();
+  first.role.stop();  // holds the task without a word
+  const auto started = std::chrono::steady_clock::now();
+  const Result result = drain(*decode.client->submit(request));
+  EXPECT_EQ(result.tokens, expected[0].tokens);
+  // The timeout, not the silence limit, moved it.
+  EXPECT_LT(std::chrono::steady_clock::now() - started, kSilenceLimit);
+  EXPECT_EQ(decode.role.coordinator()->stats().retried, 1);
+  EXPECT_EQ(decode.role.coordinator()->stats().completed, 1);
+}
+
 TEST_F(DisaggregationTest, WithNoPrefillInstanceLeftTheDecodeInstanceComputesThePromptItself) {
   const GenerateRequest request = make_request("r", 50, 10);
   const std::vector<Result> expected = mixed({request});

@@ -186,6 +186,12 @@ void PrefillServer::start_task(const std::string& decode, zmq::multipart_t& mess
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (tasks_.count(task.id) != 0) return;  // a duplicate: the first one runs
+    // Decode instances send only to free seats; a queue past this is a misbehaving peer.
+    const size_t most = 4 * static_cast<size_t>(max_num_seqs_);
+    if (tasks_.size() >= most) {
+      refuse(str_cat("the prefill instance already holds ", tasks_.size(), " tasks, its most (4 x --max-num-seqs)"));
+      return;
+    }
     request.id = str_cat("pd-", next_engine_id_++, "-", task.id);
     tasks_[task.id] = {decode, request.id};
   }

@@ -40,6 +40,8 @@ json RouterRegistry::register_instance(const json& body, const std::string& peer
   std::lock_guard<std::mutex> lock(mutex_);
   expire();
   const auto existing = instances_.find(instance.base_url);
+  if (existing == instances_.end() && instances_.size() >= kMaxInstances)
+    fail("the router already has ", instances_.size(), " instances registered, its most");
   if (existing == instances_.end()) {
     log_info("router: ", role, " instance ", instance.base_url, " registered");
   } else {

@@ -27,6 +27,7 @@
 namespace ernie {
 
 inline constexpr std::chrono::seconds kInstanceTtl{5};
+inline constexpr size_t kMaxInstances = 1024;  // registrations past this are refused
 
 // The registered instances. Thread-safe.
 class RouterRegistry {

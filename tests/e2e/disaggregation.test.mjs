@@ -91,6 +91,33 @@ test('1P1D with the seed flags answers exactly what a mixed instance answers, st
   }
 });
 
+test('an int8 KV cache moves with its per-head scales: 1P1D still equals mixed', { timeout: 180000 }, async () => {
+  const int8 = ['--quantization', '{"quantization":"mix_quant","dense_quant_type":"wint8","moe_quant_type":"wint8","kv_cache_quant_type":"int8"}'];
+  const mixed = await listening(await startServer(['--max-num-seqs', '20', ...int8], { FD_LOG_DIR: `${logRoot}/mixed-int8` }, shipped));
+  let reference;
+  try {
+    reference = await Promise.all(prompts.map((prompt) => completion(mixed, prompt)));
+  } finally {
+    assert.equal(await mixed.stop(), 0);
+  }
+  const queuePort = await freePort();
+  const prefill = await listening(await startServer(
+    ['--max-num-seqs', '20', ...int8, '--engine-worker-queue-port', String(queuePort), '--splitwise-role', 'prefill'],
+    { FD_LOG_DIR: `${logRoot}/prefill-int8` }, shipped));
+  const decode = await listening(await startServer(
+    ['--max-num-seqs', '20', ...int8, '--innode-prefill-ports', String(queuePort), '--splitwise-role', 'decode'],
+    { FD_LOG_DIR: `${logRoot}/decode-int8` }, shipped));
+  try {
+    for (let i = 0; i < 50 && !/prefill instance .* is up/.test(decode.output()); ++i) await new Promise((r) => setTimeout(r, 100));
+    assert.match(decode.output(), /KV layers of 136-byte rows/);  // 128 int8 values, then 2 float scales
+    assert.deepEqual(await Promise.all(prompts.map((prompt) => completion(decode, prompt))), reference);
+    assert.equal(transferred(decode).size, prompts.length);
+  } finally {
+    assert.equal(await decode.stop(), 0);
+    assert.equal(await prefill.stop(), 0);
+  }
+});
+
 test('a prefill instance killed mid-request: the task moves to another, then to the decode instance itself', { timeout: 180000 }, async () => {
   const first = await prefillInstance('prefill-1');
   const second = await prefillInstance('prefill-2');

@@ -203,9 +203,9 @@ disagg::DisaggregationConfig parse_disaggregation(const ParsedArgs& args, const 
   if (config.role != Role::kMixed && engine.tensor_parallel_size > 1)
     fail("--splitwise-role ", role, " with --tensor-parallel-size ", engine.tensor_parallel_size,
          " is not supported: keys and values move between single-process instances");
-  if (config.role == Role::kDecode && engine.speculative.mtp_drafts() > 0)
-    fail("--splitwise-role decode with --speculative-config method \"mtp\" is not supported: the MTP head's keys "
-         "and values of the prompt are not transferred; use method \"ngram\"");
+  if (config.role != Role::kMixed && engine.speculative.mtp_drafts() > 0)
+    fail("--splitwise-role ", role, " with --speculative-config method \"mtp\" is not supported: the MTP head's "
+         "keys and values of the prompt are not transferred; use method \"ngram\" (on the decode instance)");
   const std::string changeable = env_or("FD_PD_CHANGEABLE", "0");
   if (changeable != "0" && changeable != "1") fail("FD_PD_CHANGEABLE must be 0 or 1, got \"", changeable, "\"");
   config.changeable = changeable == "1";

@@ -96,6 +96,19 @@ Result drain(OutputStream& stream) {
   return result;
 }
 
+// An engine's figures once nothing runs in it: they are taken after each step, so an
+// output may reach its reader a moment before the figures count it.
+EngineStats idle_stats(const EngineClient& client) {
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  EngineStats stats = client.stats();
+  while ((stats.running + stats.waiting != 0 || stats.blocks_free != stats.blocks_total) &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+    stats = client.stats();
+  }
+  return stats;
+}
+
 // Lets the decode instance hear from its prefill instances: a few status rounds.
 void wait_until_connected() { std::this_thread::sleep_for(3 * kStatusPeriod); }
 
@@ -144,9 +157,9 @@ TEST_F(DisaggregationTest, DecodeInstanceTokensEqualAMixedInstances) {
   // Nothing is left behind on either side.
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(prefill.role.prefill_server()->tasks_in_flight(), 0);
-  const EngineStats prefill_stats = prefill.client->stats();
+  const EngineStats prefill_stats = idle_stats(*prefill.client);
   EXPECT_EQ(prefill_stats.running + prefill_stats.waiting, 0u);
-  const EngineStats decode_stats = decode.client->stats();
+  const EngineStats decode_stats = idle_stats(*decode.client);
   EXPECT_EQ(decode_stats.blocks_free, decode_stats.blocks_total);
 }
 
@@ -214,7 +227,7 @@ TEST_F(DisaggregationTest, WithNoPrefillInstanceLeftTheDecodeInstanceComputesThe
   const Result result = drain(*decode.client->submit(request));
   EXPECT_EQ(result.tokens, expected[0].tokens);
   EXPECT_EQ(decode.role.coordinator()->stats().computed_here, 1);
-  const EngineStats stats = decode.client->stats();
+  const EngineStats stats = idle_stats(*decode.client);
   EXPECT_EQ(stats.blocks_free, stats.blocks_total);
 }
 
@@ -227,7 +240,7 @@ TEST_F(DisaggregationTest, AbortingARequestWhileAPrefillInstanceHasItFreesItsBlo
   std::this_thread::sleep_for(100ms);
   decode.client->abort("waits");
   EXPECT_EQ(drain(*stream).last.finish_reason, FinishReason::kAbort);
-  const EngineStats stats = decode.client->stats();
+  const EngineStats stats = idle_stats(*decode.client);
   EXPECT_EQ(stats.blocks_free, stats.blocks_total);
   EXPECT_EQ(stats.running, 0u);
   EXPECT_EQ(decode.role.coordinator()->stats().computed_here, 0) << "it was sent, then cancelled";
@@ -276,7 +289,7 @@ TEST_F(DisaggregationTest, APrefillInstanceDropsTasksThatAreCancelledOrWhoseDeco
   EXPECT_EQ(wait_for_tasks(0, kSilenceLimit + 1s), 0);
   for (int i = 0; i < 40; ++i) prefill.client->abort(str_cat("occupant", i));
   for (auto& occupant : occupants) drain(*occupant);
-  const EngineStats stats = prefill.client->stats();
+  const EngineStats stats = idle_stats(*prefill.client);
   EXPECT_EQ(stats.running + stats.waiting, 0u);
   EXPECT_EQ(stats.blocks_free, stats.blocks_total);
 }

@@ -37,18 +37,36 @@ TEST(ServeConfigTest, TheSeedCommandsParse) {
   const ServeConfig big = parse({"--model", model, "--tensor-parallel-size", "8", "--quantization", "wint4",
                                  "--max-model-len", "32768", "--kv-cache-ratio", "0.75", "--max-num-seqs", "128"});
   EXPECT_DOUBLE_EQ(big.engine.kv_cache_ratio, 0.75);
-  const ServeConfig split = parse({"--model", model, "--port", "8180", "--metrics-port", "8181",
+  const ServeConfig mixed = parse({"--model", model, "--port", "8180", "--metrics-port", "8181",
                                    "--engine-worker-queue-port", "8182", "--cache-queue-port", "8183",
-                                   "--splitwise-role", "prefill", "--swap-space", "20", "--use-cudagraph",
+                                   "--swap-space", "20", "--use-cudagraph",
                                    "--enable-prefix-caching", "--enable-chunked-prefill", "--gpu-memory-utilization", "0.8",
                                    "--max-num-batched-tokens", "384", "--limit-mm-per-prompt", R"({"image": 100, "video": 100})",
                                    "--enable-mm", "--speculative-config", R"({"method": "mtp", "num_speculative_tokens": 1})",
-                                   "--num-gpu-blocks-override", "40000", "--innode-prefill-ports", "7013"});
-  EXPECT_EQ(split.port, 8180);
-  EXPECT_EQ(split.metrics_port, 8181);
-  EXPECT_EQ(split.engine.max_num_batched_tokens, 384);
-  EXPECT_EQ(split.engine.num_gpu_blocks_override, 40000);
-  EXPECT_EQ(split.model_name, model);
+                                   "--num-gpu-blocks-override", "40000"});
+  EXPECT_EQ(mixed.port, 8180);
+  EXPECT_EQ(mixed.metrics_port, 8181);
+  EXPECT_EQ(mixed.engine.max_num_batched_tokens, 384);
+  EXPECT_EQ(mixed.engine.num_gpu_blocks_override, 40000);
+  EXPECT_EQ(mixed.model_name, model);
+  EXPECT_EQ(mixed.disaggregation.role, disagg::Role::kMixed);
+  // The 21B-A3B guide's 1P1D pair (--tensor-parallel-size left out: refused with a split).
+  const ServeConfig prefill = parse({"--model", model, "--max-num-seqs", "20", "--num-gpu-blocks-override", "40000",
+                                     "--quantization", "block_wise_fp8", "--gpu-memory-utilization", "0.9",
+                                     "--kv-cache-ratio", "0.9", "--port", "7012", "--engine-worker-queue-port", "7013",
+                                     "--metrics-port", "7014", "--cache-queue-port", "7015", "--splitwise-role", "prefill"});
+  EXPECT_EQ(prefill.disaggregation.role, disagg::Role::kPrefill);
+  EXPECT_EQ(prefill.disaggregation.engine_worker_queue_port, 7013);
+  const ServeConfig decode = parse({"--model", model, "--max-num-seqs", "20", "--quantization", "block_wise_fp8",
+                                    "--gpu-memory-utilization", "0.85", "--kv-cache-ratio", "0.1", "--port", "9012",
+                                    "--engine-worker-queue-port", "8013", "--metrics-port", "8014",
+                                    "--cache-queue-port", "8015", "--innode-prefill-ports", "7013",
+                                    "--splitwise-role", "decode"});
+  EXPECT_EQ(decode.disaggregation.role, disagg::Role::kDecode);
+  EXPECT_EQ(decode.disaggregation.prefill_endpoints, std::vector<std::string>{disagg::local_endpoint(7013)});
+  EXPECT_THROW(parse({"--model", model, "--splitwise-role", "decode", "--innode-prefill-ports", "7013",
+                      "--tensor-parallel-size", "4"}),
+               Error);
 }
 
 TEST(ServeConfigTest, WithoutModelTheShippedOneIsServed) {

@@ -1,5 +1,7 @@
 #include "kernels/matmul.h"
 
+#include "kernels/wint2.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -573,6 +575,8 @@ void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* 
     matmul_integer(pool, input.int8_blocks(pool, w.group), w, y);
   } else if (w.format == WeightFormat::kFp8) {
     matmul_float(pool, input.fp8_rounded(), input.n(), w, y);
+  } else if (w.format == WeightFormat::kWint2) {
+    matmul_wint2(pool, input.x(), input.n(), w, y);
   } else {
     matmul_float(pool, input.x(), input.n(), w, y);
   }

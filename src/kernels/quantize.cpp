@@ -7,6 +7,8 @@
 #include <cstring>
 #include <memory>
 
+#include "kernels/wint2.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 // GCC 12's AVX-512 reduction helpers start from a deliberately undefined vector, which
@@ -262,6 +264,7 @@ const char* weight_format_name(WeightFormat format) {
     case WeightFormat::kInt8: return "wint8";
     case WeightFormat::kInt4: return "wint4";
     case WeightFormat::kFp8: return "block_wise_fp8";
+    case WeightFormat::kWint2: return "wint2";
   }
   return "?";
 }
@@ -269,7 +272,7 @@ const char* weight_format_name(WeightFormat format) {
 int32_t integer_group_size(int64_t cols) { return cols % kIntegerGroup == 0 ? static_cast<int32_t>(kIntegerGroup) : 0; }
 
 bool can_quantize(const WeightMatrix& dense, WeightFormat format) {
-  if (!dense.dense()) return false;
+  if (!dense.dense() || format == WeightFormat::kWint2) return false;  // WINT2 is made offline only
   if (format == WeightFormat::kInt8 || format == WeightFormat::kInt4) return integer_group_size(dense.cols) > 0;
   return true;
 }
@@ -283,6 +286,7 @@ WeightMatrix quantize_weight(const WeightMatrix& dense, WeightFormat format) {
     case WeightFormat::kInt8: return quantize_int8(dense, integer_group_size(dense.cols));
     case WeightFormat::kInt4: return quantize_int4(dense, integer_group_size(dense.cols));
     case WeightFormat::kFp8: return quantize_fp8(dense);
+    case WeightFormat::kWint2: break;  // refused by can_quantize
   }
   return dense;
 }
@@ -291,6 +295,10 @@ std::vector<float> dequantize_weight(const WeightMatrix& m) {
   if (m.dense()) return m.to_f32();
   const int64_t rows = m.rows, cols = m.cols;
   std::vector<float> out(static_cast<size_t>(rows * cols));
+  if (m.format == WeightFormat::kWint2) {
+    for (int64_t r = 0; r < rows; ++r) wint2_dequantize_row(m, r, out.data() + r * cols);
+    return out;
+  }
   const auto* bytes = static_cast<const uint8_t*>(m.data);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t lane = r % kQuantPanelRows;
@@ -323,6 +331,7 @@ uint64_t weight_bytes(const WeightMatrix& m) {
     case WeightFormat::kInt4: return elements / 2 + static_cast<uint64_t>(m.cols / m.group * m.rows) * 2;
     case WeightFormat::kFp8:
       return elements + static_cast<uint64_t>(ceil_div(m.rows, kFp8Block) * ceil_div(m.cols, kFp8Block)) * 4;
+    case WeightFormat::kWint2: return wint2_bytes(m);
   }
   return elements;
 }
@@ -333,6 +342,7 @@ uint64_t packed_value_bytes(const WeightMatrix& m) {
     case WeightFormat::kInt8: return static_cast<uint64_t>(padded_rows(m.rows) * m.cols);
     case WeightFormat::kInt4: return static_cast<uint64_t>(padded_rows(m.rows) * m.cols / 2);
     case WeightFormat::kFp8: return static_cast<uint64_t>(m.rows * m.cols);
+    case WeightFormat::kWint2: return static_cast<uint64_t>(m.rows * m.cols / 4);
   }
   return 0;
 }
@@ -342,6 +352,7 @@ uint64_t packed_scale_bytes(const WeightMatrix& m) {
     case WeightFormat::kDense: return 0;
     case WeightFormat::kInt8:
     case WeightFormat::kInt4: return static_cast<uint64_t>(m.cols / m.group * padded_rows(m.rows)) * sizeof(uint16_t);
+    case WeightFormat::kWint2: return wint2_bytes(m) - packed_value_bytes(m);
     case WeightFormat::kFp8:
       return static_cast<uint64_t>(ceil_div(m.rows, kFp8Block) * ceil_div(m.cols, kFp8Block)) * sizeof(float);
   }

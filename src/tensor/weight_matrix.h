@@ -20,6 +20,7 @@ enum class WeightFormat : uint8_t {
   kInt8,   // [wint8] int8, one fp16 scale per output row and group of `group` inputs
   kInt4,   // [wint4] int4, likewise
   kFp8,    // [block_wise_fp8] FP8 e4m3, one scale per 128x128 block
+  kWint2,  // [wint2] FastDeploy's 2-bit CCQ, read from pre-quantized checkpoints (kernels/wint2.h)
 };
 
 struct WeightMatrix {

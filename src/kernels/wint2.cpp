@@ -1,0 +1,132 @@
+// Compiled with -ffp-contract=off (src/CMakeLists.txt): the code decode must round after
+// the multiply and after each add, as FastDeploy's reference dequantizer (winx_unzip)
+// does, so that floor() lands on the same integer.
+#include "kernels/wint2.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "kernels/simd_dispatch.h"
+#include "util/error.h"
+
+namespace ernie {
+namespace {
+
+constexpr int64_t kBytesPerGroup = kWint2Group / 4;
+
+const Wint2Params& params_of(const WeightMatrix& w) { return *static_cast<const Wint2Params*>(w.scales); }
+
+// The 64 unscaled levels of one group: 16 bytes, 4 inputs each.
+ERNIE_CLONE_FOR_ISAS
+void decode_group(const uint8_t* bytes, float code_scale, float code_zp, float* levels) {
+  for (int r = 0; r < kBytesPerGroup; ++r) {
+    float t = static_cast<float>(bytes[r]) * code_scale;
+    t = t + code_zp;
+    t = t + 0.5f;
+    const auto d = static_cast<int32_t>(std::floor(t));
+    levels[4 * r + 0] = static_cast<float>(((d >> 9) & 63) - 32);
+    levels[4 * r + 1] = static_cast<float>(((d >> 6) & 63) - 32);
+    levels[4 * r + 2] = static_cast<float>(((d >> 3) & 63) - 32);
+    levels[4 * r + 3] = static_cast<float>((d & 63) - 32);
+  }
+}
+
+ERNIE_CLONE_FOR_ISAS
+float dot64(const float* a, const float* b) {
+  float sum = 0.0f;
+  for (int i = 0; i < kWint2Group; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// Rows [begin, end) of y for every token: each group is decoded once and used for all
+// tokens, so prefill pays the decode once per weight, decode once per weight per token.
+void rows_wint2(const float* x, int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y) {
+  const Wint2Params& params = params_of(w);
+  const int64_t groups = w.cols / kWint2Group;
+  const auto* bytes = static_cast<const uint8_t*>(w.data);
+  alignas(64) float levels[kWint2Group];
+  thread_local std::vector<float> sums;
+  sums.resize(static_cast<size_t>(n));
+  for (int64_t row = begin; row < end; ++row) {
+    std::fill(sums.begin(), sums.end(), 0.0f);
+    const uint8_t* row_bytes = bytes + row * (w.cols / 4);
+    const float super = params.super_scale[static_cast<size_t>(row)];
+    for (int64_t g = 0; g < groups; ++g) {
+      decode_group(row_bytes + g * kBytesPerGroup, params.code_scale[static_cast<size_t>(row)],
+                   params.code_zp[static_cast<size_t>(row)], levels);
+      const float scale = static_cast<float>(params.group_scale[static_cast<size_t>(row * groups + g)]) * super;
+      for (int64_t t = 0; t < n; ++t) sums[static_cast<size_t>(t)] += scale * dot64(levels, x + t * w.cols + g * kWint2Group);
+    }
+    for (int64_t t = 0; t < n; ++t) y[t * w.rows + row] = sums[static_cast<size_t>(t)];
+  }
+}
+
+}  // namespace
+
+WeightMatrix make_wint2_weight(const uint8_t* quant_weight, const uint8_t* weight_scale, const float* super_scales,
+                               const float* code_scale, const float* code_zp, int64_t in_features,
+                               int64_t out_features, int64_t first_out, int64_t count) {
+  if (in_features <= 0 || in_features % (2 * kWint2Group) != 0)
+    fail("a WINT2 weight needs a multiple of 128 inputs (two 64-input groups per scale byte), got ", in_features);
+  if (first_out < 0 || count <= 0 || first_out + count > out_features)
+    fail("internal: WINT2 outputs ", first_out, "..", first_out + count - 1, " of ", out_features);
+  struct Owned {
+    std::vector<uint8_t> bytes;
+    Wint2Params params;
+  };
+  auto owned = std::make_shared<Owned>();
+  const int64_t packed = in_features / 4, groups = in_features / kWint2Group;
+  owned->bytes.resize(static_cast<size_t>(count * packed));
+  Wint2Params& params = owned->params;
+  params.code_scale.assign(code_scale + first_out, code_scale + first_out + count);
+  params.code_zp.assign(code_zp + first_out, code_zp + first_out + count);
+  params.super_scale.assign(super_scales + first_out, super_scales + first_out + count);
+  params.group_scale.resize(static_cast<size_t>(count * groups));
+  for (int64_t r = 0; r < packed; ++r)
+    for (int64_t o = 0; o < count; ++o)
+      owned->bytes[static_cast<size_t>(o * packed + r)] = quant_weight[r * out_features + first_out + o];
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t o = 0; o < count; ++o) {
+      const uint8_t pair = weight_scale[(g / 2) * out_features + first_out + o];
+      params.group_scale[static_cast<size_t>(o * groups + g)] = g % 2 == 0 ? pair >> 4 : pair & 0xf;
+    }
+  WeightMatrix w;
+  w.format = WeightFormat::kWint2;
+  w.group = kWint2Group;
+  w.rows = count;
+  w.cols = in_features;
+  w.data = owned->bytes.data();
+  w.scales = &owned->params;
+  w.storage = owned;
+  return w;
+}
+
+void wint2_dequantize_row(const WeightMatrix& w, int64_t row, float* out) {
+  const Wint2Params& params = params_of(w);
+  const int64_t groups = w.cols / kWint2Group;
+  const auto* bytes = static_cast<const uint8_t*>(w.data) + row * (w.cols / 4);
+  for (int64_t g = 0; g < groups; ++g) {
+    decode_group(bytes + g * kBytesPerGroup, params.code_scale[static_cast<size_t>(row)],
+                 params.code_zp[static_cast<size_t>(row)], out + g * kWint2Group);
+    const float scale = static_cast<float>(params.group_scale[static_cast<size_t>(row * groups + g)]) *
+                        params.super_scale[static_cast<size_t>(row)];
+    for (int64_t i = 0; i < kWint2Group; ++i) out[g * kWint2Group + i] *= scale;
+  }
+}
+
+void matmul_wint2(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
+  const auto threads = static_cast<int64_t>(pool.num_threads());
+  const size_t grain = static_cast<size_t>(std::max<int64_t>(1, w.rows / (threads * (n <= 3 ? 1 : 4))));
+  pool.parallel_for(static_cast<size_t>(w.rows), grain, [&](size_t begin, size_t end) {
+    rows_wint2(x, n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y);
+  });
+}
+
+uint64_t wint2_bytes(const WeightMatrix& w) {
+  const auto rows = static_cast<uint64_t>(w.rows), cols = static_cast<uint64_t>(w.cols);
+  return rows * cols / 4 + rows * (cols / kWint2Group) + rows * 3 * sizeof(float);
+}
+
+}  // namespace ernie

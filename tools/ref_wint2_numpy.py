@@ -8,10 +8,21 @@ dequantizer and its Triton kernel), independently of ernie.cpp's C++.
 reads DIR/quant_weight.u8 [K/4, N], DIR/weight_scale.u8 [K/128, N], DIR/super_scales.f32,
 DIR/code_scale.f32 and DIR/code_zp.f32 ([N] each), raw little-endian, and writes
 DIR/dequantized.f32: W [K, N] such that y = x @ W.
+
+    python3 tools/ref_wint2_numpy.py --checkpoint WINT2_DIR OUT_DIR
+
+writes OUT_DIR: the checkpoint with every WINT2 Linear replaced by its dequantized float32
+weight (BASE.weight, [K, N], Paddle's orientation) and no quantization_config, for a float
+reference forward pass (shared/tools/ref_ernie_numpy.py).
 """
+import json
+import os
+import shutil
 import sys
 
 import numpy as np
+
+from safetensors_io import read_safetensors, to_f32, write_safetensors
 
 
 def dequantize_wint2(quant_weight, weight_scale, super_scales, code_scale, code_zp):
@@ -34,7 +45,42 @@ def dequantize_wint2(quant_weight, weight_scale, super_scales, code_scale, code_
     return (levels * scale).astype(np.float32)
 
 
+def bytes_of(tensor):
+    dtype, shape, raw = tensor
+    if dtype not in ("U8", "I8"):
+        raise SystemExit(f"packed WINT2 bytes must be U8 or I8, got {dtype}")
+    return np.frombuffer(raw, np.uint8).reshape(shape)  # int8 bits are read as uint8
+
+
+def dequantize_checkpoint(source, out):
+    tensors = read_safetensors(os.path.join(source, "model.safetensors"))
+    result = {}
+    for name, tensor in tensors.items():
+        if not name.endswith(".quant_weight"):
+            if not name.endswith((".weight_scale", ".super_scales", ".code_scale", ".code_zp")):
+                result[name] = tensor
+            continue
+        stem = name[: -len(".quant_weight")]
+        w = dequantize_wint2(bytes_of(tensor), bytes_of(tensors[stem + ".weight_scale"]),
+                             to_f32(*tensors[stem + ".super_scales"]), to_f32(*tensors[stem + ".code_scale"]),
+                             to_f32(*tensors[stem + ".code_zp"]))
+        result[stem + ".weight"] = ("F32", list(w.shape), w.astype("<f4").tobytes())
+    os.makedirs(out, exist_ok=True)
+    write_safetensors(os.path.join(out, "model.safetensors"), result)
+    with open(os.path.join(source, "config.json")) as f:
+        config = json.load(f)
+    config.pop("quantization_config", None)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    for name in os.listdir(source):
+        if name not in ("config.json", "model.safetensors"):
+            shutil.copy(os.path.join(source, name), os.path.join(out, name))
+
+
 def main():
+    if sys.argv[1] == "--checkpoint":
+        dequantize_checkpoint(sys.argv[2], sys.argv[3])
+        return
     directory, k, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
     def load(name, dtype, shape):

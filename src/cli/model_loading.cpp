@@ -1,5 +1,7 @@
 #include "cli/model_loading.h"
 
+#include "model/fastdeploy_quantization.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "model/fastdeploy_quantization.h"
 #include "model/prequantized.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -48,7 +51,12 @@ QuantizationPlan quantization_from_flag(const std::string& model_dir, const std:
   // A pre-quantized checkpoint's own quantization_config takes priority over the flag,
   // as FastDeploy's does.
   std::string value = flag;
-  if (const std::optional<std::string> stored = prequantized_quantization(model_dir)) {
+  if (const std::optional<FastDeployQuantization> release = fastdeploy_quantization(model_dir)) {
+    if (!flag.empty()) log_warning("the checkpoint is FastDeploy's ", release->scheme, " release; --quantization ", flag, " is ignored");
+    log_info("FastDeploy ", release->scheme, " checkpoint: routed experts past layer ", release->moe_w4_quant_end_layer,
+             " are read as stored; dense layers ", release->dense_quant_type);
+    value = release->quantization();
+  } else if (const std::optional<std::string> stored = prequantized_quantization(model_dir)) {
     if (!flag.empty() && flag != *stored)
       log_warning("the checkpoint was quantized with ", *stored, " by ernie quantize; --quantization ", flag,
                   " is ignored");

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/wint2.h"
 #include "model/prequantized.h"
 #include "util/error.h"
 
@@ -90,6 +91,10 @@ std::vector<WeightMatrix> WeightReader::fused_linear(const std::string& name, co
     for (int64_t out : outs) parts.push_back(prequantized_placeholder(out, in));
     return parts;
   }
+  const std::string stem = name.size() > 7 && name.ends_with(".weight") ? name.substr(0, name.size() - 7) : "";
+  if (!checkpoint_.contains(prefix_ + name) && !stem.empty() && checkpoint_.contains(prefix_ + stem + ".quant_weight"))
+    fail("tensor \"", prefix_ + stem, ".quant_weight\" is a FastDeploy pre-quantized wint8/wint4 Linear in Paddle's GPU "
+         "weight_quantize layout, which ernie.cpp does not read yet (docs/quantization.md); only WINT2 experts are read");
   const TensorView tensor = checkpoint_.take(prefix_ + name, expected);
   expect_shape(tensor, expected);
   int64_t first = 0;
@@ -143,8 +148,49 @@ AttentionWeights WeightReader::attention(const std::string& base, const ModelCon
   return attention;
 }
 
+std::vector<WeightMatrix> WeightReader::wint2_linear(const std::string& base, const std::vector<int64_t>& outs,
+                                                    int64_t in) {
+  int64_t total = 0;
+  for (int64_t out : outs) total += out;
+  if (in % 128 != 0) fail("tensor \"", prefix_ + base, "quant_weight\": a WINT2 Linear needs a multiple of 128 inputs, got ", in);
+  auto bytes = [&](const char* field, const Shape& shape) {
+    const TensorView tensor = checkpoint_.take(prefix_ + base + field, shape);
+    if (tensor.dtype() != DType::kU8 && tensor.dtype() != DType::kI8)
+      fail("tensor \"", tensor.name(), "\" has dtype ", safetensors_dtype_name(tensor.dtype()), ", expected U8 or I8");
+    if (tensor.shape() != shape)
+      fail("tensor \"", tensor.name(), "\" has shape ", shape_to_string(tensor.shape()), ", expected ",
+           shape_to_string(shape));
+    return tensor.data;
+  };
+  auto floats = [&](const char* field) {
+    const TensorView tensor = checkpoint_.take(prefix_ + base + field, {total});
+    expect_shape(tensor, {total});
+    return to_f32(tensor);
+  };
+  const uint8_t* quant_weight = bytes("quant_weight", {in / 4, total});
+  const uint8_t* weight_scale = bytes("weight_scale", {in / 128, total});
+  const std::vector<float> super_scales = floats("super_scales"), code_scale = floats("code_scale"),
+                           code_zp = floats("code_zp");
+  std::vector<WeightMatrix> parts;
+  int64_t first = 0;
+  for (int64_t out : outs) {
+    parts.push_back(make_wint2_weight(quant_weight, weight_scale, super_scales.data(), code_scale.data(), code_zp.data(),
+                                      in, total, first, out));
+    first += out;
+  }
+  return parts;
+}
+
 MlpWeights WeightReader::mlp(const std::string& base, int64_t hidden, int64_t inner) {
   MlpWeights mlp;
+  if (has(base + "up_gate_proj.code_scale")) {
+    // FastDeploy's WINT2 experts ([in/4, out] bytes, gate then up), read as stored.
+    auto parts = wint2_linear(base + "up_gate_proj.", {inner, inner}, hidden);
+    mlp.gate = parts[0];
+    mlp.up = parts[1];
+    mlp.down = wint2_linear(base + "down_proj.", {hidden}, inner).front();
+    return mlp;
+  }
   if (layout_ == CheckpointLayout::kTorch && !has(base + "up_gate_proj.weight")) {
     mlp.gate = linear(base + "gate_proj.weight", inner, hidden);
     mlp.up = linear(base + "up_proj.weight", inner, hidden);

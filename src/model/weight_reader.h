@@ -45,6 +45,9 @@ class WeightReader {
   // The separate torch names, or the fused name (torch or Paddle orientation).
   AttentionWeights attention(const std::string& base, const ModelConfig& config);
   MlpWeights mlp(const std::string& base, int64_t hidden, int64_t inner);
+  // FastDeploy's WINT2 Linear BASE.{quant_weight, weight_scale, super_scales, code_scale,
+  // code_zp} (kernels/wint2.h), its outputs split into `outs`.
+  std::vector<WeightMatrix> wint2_linear(const std::string& base, const std::vector<int64_t>& outs, int64_t in);
 
   Checkpoint& checkpoint() { return checkpoint_; }
   CheckpointLayout layout() const { return layout_; }

@@ -12,7 +12,8 @@ DType parse_safetensors_dtype(std::string_view name) {
   if (name == "F16") return DType::kF16;
   if (name == "F32") return DType::kF32;
   if (name == "U8") return DType::kU8;
-  fail("unsupported tensor dtype \"", name, "\" (supported: BF16, F16, F32, U8)");
+  if (name == "I8") return DType::kI8;
+  fail("unsupported tensor dtype \"", name, "\" (supported: BF16, F16, F32, U8, I8)");
 }
 
 const char* safetensors_dtype_name(DType dtype) {
@@ -21,6 +22,7 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::kF16: return "F16";
     case DType::kF32: return "F32";
     case DType::kU8: return "U8";
+    case DType::kI8: return "I8";
   }
   return "?";
 }
@@ -30,12 +32,13 @@ size_t dtype_size(DType dtype) {
     case DType::kBF16: return 2;
     case DType::kF16: return 2;
     case DType::kF32: return 4;
-    case DType::kU8: return 1;
+    case DType::kU8:
+    case DType::kI8: return 1;
   }
   return 0;
 }
 
-bool is_float_dtype(DType dtype) { return dtype != DType::kU8; }
+bool is_float_dtype(DType dtype) { return dtype != DType::kU8 && dtype != DType::kI8; }
 
 uint16_t f32_to_f16(float value) {
   uint32_t bits;
@@ -101,7 +104,8 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t count) {
       return;
     }
     case DType::kU8:
-      fail("U8 tensors hold packed bytes, not values to convert");
+    case DType::kI8:
+      fail(safetensors_dtype_name(dtype), " tensors hold packed bytes, not values to convert");
   }
 }
 

@@ -8,12 +8,12 @@
 
 namespace ernie {
 
-// Checkpoint dtypes we read. Any other safetensors dtype is refused by name. kU8 holds
-// packed quantized weights (the quantized-weights cache); it is not a weight dtype, and the
-// weight loader refuses it.
-enum class DType : uint8_t { kBF16, kF16, kF32, kU8 };
+// Checkpoint dtypes we read. Any other safetensors dtype is refused by name. kU8 and kI8
+// hold packed quantized weights (the quantized-weights cache, FastDeploy's pre-quantized
+// tensors); they are not weight dtypes, and the weight loader refuses them as such.
+enum class DType : uint8_t { kBF16, kF16, kF32, kU8, kI8 };
 
-// Parses a safetensors dtype name ("BF16", "F16", "F32", "U8"); throws ernie::Error
+// Parses a safetensors dtype name ("BF16", "F16", "F32", "U8", "I8"); throws ernie::Error
 // naming the unsupported dtype otherwise.
 DType parse_safetensors_dtype(std::string_view name);
 const char* safetensors_dtype_name(DType dtype);

@@ -136,5 +136,41 @@ std::vector<Shape> shapes() {
 INSTANTIATE_TEST_SUITE_P(RandomShapes, NumpyReferenceTest, ::testing::ValuesIn(shapes()),
                          [](const auto& test_info) { return test_info.param.name; });
 
+// FastDeploy's WINT2 release format (docs/quantization.md): tools/make_fastdeploy_wint2.py
+// writes the golden Paddle MoE model with its routed experts in WINT2; we load that
+// checkpoint as it is. tools/ref_wint2_numpy.py, written from the format description,
+// dequantizes the same file into a float checkpoint, and the numpy forward pass runs on
+// that: same tolerance as above, greedy ids identical.
+TEST(FastDeployWint2Test, LogitsAgreeWithTheNumpyReferenceOnTheDequantizedExperts) {
+  TempDir temp;
+  const std::string wint2_dir = temp.file("wint2"), float_dir = temp.file("float"), golden_dir = temp.file("ours");
+  const std::string tools = std::string(ERNIE_SOURCE_DIR) + "/tools/";
+  for (const std::string& command :
+       {testing::python3() + " " + tools + "make_fastdeploy_wint2.py " + testing::golden_model_dir("tiny-moe-paddle") +
+            " " + wint2_dir + " --w4-end-layer 0 --dense-quant-type bf16",
+        testing::python3() + " " + tools + "ref_wint2_numpy.py --checkpoint " + wint2_dir + " " + float_dir}) {
+    const testing::CommandResult made = testing::run_shell(command);
+    ASSERT_EQ(made.exit_code, 0) << command << "\n" << made.output;
+  }
+  std::filesystem::create_directories(golden_dir);
+  {
+    ThreadPool pool(2);
+    auto model = ErnieModel::load(wint2_dir, pool);
+    const MlpWeights& expert = model->weights().layers[1].moe->experts[3];
+    EXPECT_EQ(expert.gate.format, WeightFormat::kWint2);
+    EXPECT_EQ(expert.down.format, WeightFormat::kWint2);
+    EXPECT_EQ(model->weights().layers[1].moe->shared->gate.format, WeightFormat::kDense) << "shared experts are not WINT2";
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 70; ++i) ids.push_back(3 + (i * 7919 + 11) % 4000);
+    write_our_case(*model, ids, golden_dir);
+  }
+  const std::string command = testing::python3() + " " + testing::shared_dir() + "/tools/ref_ernie_numpy.py " +
+                              float_dir + " --golden " + golden_dir;
+  const testing::CommandResult result = testing::run_shell(command);
+  EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
+  EXPECT_THAT(result.output, ::testing::ContainsRegex("random +70 .* same"));
+  std::cout << result.output;
+}
+
 }  // namespace
 }  // namespace ernie

@@ -70,16 +70,17 @@ def encode_wint2(w):
     best_error = np.full(n, np.inf)
     best_bytes = np.zeros((n, k // 4), np.uint8)
     best_map = np.zeros(n, np.int64)
-    for index, levels in enumerate(LEVEL_TABLES):
-        # |t - l|^2 = |t|^2 - 2 t.l + |l|^2, minimised over the 256 codes.
-        distance = -2.0 * target @ levels.T + (levels * levels).sum(axis=1)[None, None, :]  # [N, K/4, 256]
-        choice = distance.argmin(axis=2)
-        chosen = levels[choice]  # [N, K/4, 4]
-        error = ((chosen - target) ** 2).sum(axis=(1, 2))
-        better = error < best_error
-        best_error[better] = error[better]
-        best_bytes[better] = choice[better].astype(np.uint8)
-        best_map[better] = index
+    for first in range(0, n, 128):  # in column chunks: the distances are [columns, K/4, 256]
+        part = target[first:first + 128]
+        for index, levels in enumerate(LEVEL_TABLES):
+            # |t - l|^2 = |t|^2 - 2 t.l + |l|^2, minimised over the 256 codes.
+            distance = -2.0 * part @ levels.T + (levels * levels).sum(axis=1)[None, None, :]
+            choice = distance.argmin(axis=2)
+            error = ((levels[choice] - part) ** 2).sum(axis=(1, 2))
+            better = error < best_error[first:first + 128]
+            best_error[first:first + 128][better] = error[better]
+            best_bytes[first:first + 128][better] = choice[better].astype(np.uint8)
+            best_map[first:first + 128][better] = index
     code_scale = np.array([CODE_MAPS[i][0] for i in best_map], np.float32)
     code_zp = np.array([CODE_MAPS[i][1] for i in best_map], np.float32)
     quant_weight = np.ascontiguousarray(best_bytes.T)  # [K/4, N]

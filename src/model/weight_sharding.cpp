@@ -9,6 +9,9 @@ namespace ernie {
 namespace {
 
 void require_dense(const WeightMatrix& matrix, const char* what) {
+  if (matrix.format == WeightFormat::kWint2)
+    fail("tensor parallelism does not slice FastDeploy's WINT2 experts yet; run the WINT2 checkpoint with "
+         "--tensor-parallel-size 1 (at 2 bits a weight it is made to fit one machine)");
   if (!matrix.dense())
     fail("tensor parallelism slices dense weights, and ", what,
          " is packed already (a pre-quantized checkpoint): give the original checkpoint with --quantization instead");

@@ -1,6 +1,3 @@
-// Compiled with -ffp-contract=off (src/CMakeLists.txt): the code decode must round after
-// the multiply and after each add, as FastDeploy's reference dequantizer (winx_unzip)
-// does, so that floor() lands on the same integer.
 #include "kernels/wint2.h"
 
 #include <algorithm>
@@ -20,12 +17,17 @@ const Wint2Params& params_of(const WeightMatrix& w) { return *static_cast<const 
 
 // The 64 unscaled levels of one group (16 bytes, 4 inputs each) as 4 planes of 16:
 // planes[j * 16 + r] is input 4r + j. Plane order keeps every loop here contiguous, so
-// it vectorizes (one AVX-512 register per plane).
-ERNIE_CLONE_FOR_ISAS
-void decode_group(const uint8_t* bytes, float code_scale, float code_zp, float* planes) {
+// it vectorizes (one AVX-512 register per plane). The helpers here are inlined into the
+// one cloned loop below, so each ISA's copy has them compiled for it and no call per group.
+#define ERNIE_INLINE __attribute__((always_inline)) inline
+ERNIE_INLINE void decode_group(const uint8_t* bytes, float code_scale, float code_zp, float* planes) {
+  // Rounded after the multiply and after each add, as FastDeploy's reference
+  // dequantizer (winx_unzip) does, so floor() lands on the same integer: the product is
+  // exact in double and rounded once to float, which no FMA contraction can merge with
+  // the add that follows.
   int32_t codes[kBytesPerGroup];
   for (int r = 0; r < kBytesPerGroup; ++r) {
-    float t = static_cast<float>(bytes[r]) * code_scale;
+    float t = static_cast<float>(static_cast<double>(bytes[r]) * static_cast<double>(code_scale));
     t = t + code_zp;
     t = t + 0.5f;
     codes[r] = static_cast<int32_t>(std::floor(t));
@@ -47,33 +49,61 @@ void to_planes(const float* x, int64_t n, int64_t cols, float* planes) {
     }
 }
 
-ERNIE_CLONE_FOR_ISAS
-float dot64(const float* a, const float* b) {
+// sum(a[i] * b[i]) over `count` (a multiple of 16) in 16 independent lanes, so it
+// vectorizes without reassociating a single sum.
+ERNIE_INLINE float dot(const float* a, const float* b, int64_t count) {
+  float lanes[16] = {};
+  for (int64_t i = 0; i < count; i += 16)
+    for (int l = 0; l < 16; ++l) lanes[l] += a[i + l] * b[i + l];
   float sum = 0.0f;
-  for (int i = 0; i < kWint2Group; ++i) sum += a[i] * b[i];
+  for (float lane : lanes) sum += lane;
   return sum;
 }
 
-// Rows [begin, end) of y for every token (x in plane order): each group is decoded once
-// and used for all tokens, so prefill pays the decode once per weight and step.
+// lanes[i] += scale * levels[i] * x[i] over one group.
+ERNIE_INLINE void accumulate_group(const float* levels, const float* x, float scale, float* lanes) {
+  for (int i = 0; i < kWint2Group; ++i) lanes[i] += scale * levels[i] * x[i];
+}
+
+// Rows [begin, end) of y (x in plane order). Decode (a few tokens): each group is
+// decoded and multiplied into per-token lane sums, summed once per row. Prefill: each row
+// is decoded once into floats and dotted with every token.
+ERNIE_CLONE_FOR_ISAS
 void rows_wint2(const float* x, int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y) {
   const Wint2Params& params = params_of(w);
   const int64_t groups = w.cols / kWint2Group;
   const auto* bytes = static_cast<const uint8_t*>(w.data);
+  constexpr int64_t kFewTokens = 4;
+  thread_local std::vector<float> row_values;
+  if (n > kFewTokens) row_values.resize(static_cast<size_t>(w.cols));
   alignas(64) float levels[kWint2Group];
-  thread_local std::vector<float> sums;
-  sums.resize(static_cast<size_t>(n));
+  alignas(64) float lanes[kFewTokens][kWint2Group];
   for (int64_t row = begin; row < end; ++row) {
-    std::fill(sums.begin(), sums.end(), 0.0f);
     const uint8_t* row_bytes = bytes + row * (w.cols / 4);
     const float super = params.super_scale[static_cast<size_t>(row)];
-    for (int64_t g = 0; g < groups; ++g) {
-      decode_group(row_bytes + g * kBytesPerGroup, params.code_scale[static_cast<size_t>(row)],
-                   params.code_zp[static_cast<size_t>(row)], levels);
-      const float scale = static_cast<float>(params.group_scale[static_cast<size_t>(row * groups + g)]) * super;
-      for (int64_t t = 0; t < n; ++t) sums[static_cast<size_t>(t)] += scale * dot64(levels, x + t * w.cols + g * kWint2Group);
+    const float code_scale = params.code_scale[static_cast<size_t>(row)], code_zp = params.code_zp[static_cast<size_t>(row)];
+    const uint8_t* group_scale = params.group_scale.data() + row * groups;
+    if (n > kFewTokens) {
+      for (int64_t g = 0; g < groups; ++g) {
+        float* out = row_values.data() + g * kWint2Group;
+        decode_group(row_bytes + g * kBytesPerGroup, code_scale, code_zp, out);
+        const float scale = static_cast<float>(group_scale[g]) * super;
+        for (int i = 0; i < kWint2Group; ++i) out[i] *= scale;
+      }
+      for (int64_t t = 0; t < n; ++t) y[t * w.rows + row] = dot(row_values.data(), x + t * w.cols, w.cols);
+      continue;
     }
-    for (int64_t t = 0; t < n; ++t) y[t * w.rows + row] = sums[static_cast<size_t>(t)];
+    for (int64_t t = 0; t < n; ++t) std::fill(lanes[t], lanes[t] + kWint2Group, 0.0f);
+    for (int64_t g = 0; g < groups; ++g) {
+      decode_group(row_bytes + g * kBytesPerGroup, code_scale, code_zp, levels);
+      const float scale = static_cast<float>(group_scale[g]) * super;
+      for (int64_t t = 0; t < n; ++t) accumulate_group(levels, x + t * w.cols + g * kWint2Group, scale, lanes[t]);
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      float sum = 0.0f;
+      for (float lane : lanes[t]) sum += lane;
+      y[t * w.rows + row] = sum;
+    }
   }
 }
 

@@ -2,6 +2,11 @@
 // int8 KV cache) and --use-cudagraph, served and queried with the official OpenAI client.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { startServer } from './server.mjs';
 
@@ -33,4 +38,31 @@ test('quantized server answers, streamed and not, with the same greedy text', { 
 test('a quantization ernie.cpp cannot run is refused at start, naming the accepted ones', { timeout: 60000 }, async () => {
   await assert.rejects(startServer(['--quantization', 'w4a8']),
                        /FastDeploy GPU scheme ernie.cpp does not run on CPUs; use wint8, wint4, block_wise_fp8/);
+});
+
+// FastDeploy's WINT2 release format (docs/quantization.md), made by tools/make_fastdeploy_wint2.py
+// from the golden Paddle MoE model, started with the 300B guide's flags.
+test('a WINT2 checkpoint starts with the 300B seed flags and answers', { timeout: 120000 }, async () => {
+  const tools = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'tools');
+  const golden = path.join(path.dirname(process.env.ERNIE_E2E_MODEL), 'tiny-moe-paddle');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wint2-'));
+  try {
+    const made = spawnSync(process.env.ERNIE_PYTHON3 ?? 'python3',
+                           [path.join(tools, 'make_fastdeploy_wint2.py'), golden, dir, '--w4-end-layer', '1'],
+                           { encoding: 'utf8' });
+    assert.equal(made.status, 0, made.stderr);
+    const server = await startServer(['--tensor-parallel-size', '1', '--quantization', 'wint4', '--kv-cache-ratio', '0.75',
+                                      '--max-num-seqs', '128'], {}, { model: dir, maxModelLen: 32768 });
+    try {
+      assert.match(server.output(), /FastDeploy wint2 checkpoint: routed experts past layer 1 are read as stored/);
+      assert.match(server.output(), /--quantization wint4 is ignored/);
+      const client = new OpenAI({ apiKey: 'unused', baseURL: `${server.baseURL}/v1` });
+      const answer = await client.completions.create({ model: 'default', prompt: 'The', max_tokens: 8, temperature: 0 });
+      assert.equal(answer.usage.completion_tokens, 8);
+    } finally {
+      assert.equal(await server.stop(), 0);
+    }
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });

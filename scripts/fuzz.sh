@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 build="${2:-build-fuzz}"
 CXX=clang++ cmake -S . -B "$build" -DERNIE_FUZZ=ON -DERNIE_BUILD_TESTS=OFF -DERNIE_BUILD_BENCHMARKS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target safetensors_header_fuzzer jinja_template_fuzzer openai_request_fuzzer -j"$(nproc)" >/dev/null
+cmake --build "$build" --target safetensors_header_fuzzer jinja_template_fuzzer openai_request_fuzzer pd_protocol_fuzzer -j"$(nproc)" >/dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -31,4 +31,7 @@ run openai_request_fuzzer openai_request $((seconds / 4)) -max_len=16384 -timeou
 # The Jinja engine gets the larger share: it is the bigger surface. Inputs up to 64 KiB
 # hold real chat templates with their conversations; the target renders with a 100 ms
 # time limit, so -timeout=10 only fires on work the budget does not see.
-run jinja_template_fuzzer jinja_template $((seconds - 2 * (seconds / 4))) -max_len=65536 -timeout=10
+run jinja_template_fuzzer jinja_template $((seconds - 2 * (seconds / 4) - seconds / 8)) -max_len=65536 -timeout=10
+# What a prefill instance reads from decode instances (disaggregation): frames of a task,
+# a status and an outcome message.
+run pd_protocol_fuzzer pd_protocol $((seconds / 8)) -max_len=4096 -timeout=10

@@ -13,6 +13,19 @@ const char* role_name(Role role) {
   return "?";
 }
 
+KvFormat kv_format_of(Engine& engine) {
+  const ModelConfig& model = engine.model_config();
+  KvFormat format;
+  format.kv_layers = engine.kv_pool().num_layers();
+  format.row_bytes = engine.kv_pool().row_bytes();
+  const std::string& quantization = engine.config().quantization;
+  format.model = str_cat(model.architecture, " layers ", model.num_hidden_layers, " hidden ", model.hidden_size,
+                         " vocab ", model.vocab_size, " heads ", model.num_attention_heads, "/",
+                         model.num_key_value_heads, " experts ", model.moe ? model.moe->num_experts : 0,
+                         " quantization ", quantization.empty() ? "none" : quantization);
+  return format;
+}
+
 Disaggregation::Disaggregation(const DisaggregationConfig& config, int max_num_seqs) : config_(config) {
   if (config_.role == Role::kPrefill)
     prefill_ = std::make_unique<PrefillServer>(config_.host, config_.engine_worker_queue_port, max_num_seqs);

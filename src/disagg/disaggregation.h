@@ -29,6 +29,8 @@ struct DisaggregationConfig {
 };
 
 const char* role_name(Role role);
+// The KV format of `engine`'s cache: what a prefill and a decode instance must share.
+KvFormat kv_format_of(Engine& engine);
 
 class Disaggregation {
  public:

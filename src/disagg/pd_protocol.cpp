@@ -39,19 +39,6 @@ std::string KvFormat::describe() const {
   return str_cat(model, ", ", kv_layers, " KV layers of ", row_bytes, "-byte rows");
 }
 
-KvFormat kv_format_of(Engine& engine) {
-  const ModelConfig& model = engine.model_config();
-  KvFormat format;
-  format.kv_layers = engine.kv_pool().num_layers();
-  format.row_bytes = engine.kv_pool().row_bytes();
-  const std::string& quantization = engine.config().quantization;
-  format.model = str_cat(model.architecture, " layers ", model.num_hidden_layers, " hidden ", model.hidden_size,
-                         " vocab ", model.vocab_size, " heads ", model.num_attention_heads, "/",
-                         model.num_key_value_heads, " experts ", model.moe ? model.moe->num_experts : 0,
-                         " quantization ", quantization.empty() ? "none" : quantization);
-  return format;
-}
-
 zmq::multipart_t encode_task(const TaskMessage& task) {
   zmq::multipart_t message;
   message.addstr(std::string(kTask));

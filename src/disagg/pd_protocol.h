@@ -24,7 +24,6 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "engine/engine.h"
 
 namespace ernie::disagg {
 
@@ -40,6 +39,9 @@ inline constexpr std::string_view kFailed = "failed";
 // a prefill instance aborts the tasks of a decode instance silent that long.
 inline constexpr std::chrono::milliseconds kStatusPeriod{200};
 inline constexpr std::chrono::milliseconds kSilenceLimit{2000};
+// The largest message a prefill instance accepts from a decode instance (a task is its
+// prompt's token ids and a little JSON); a peer sending more is disconnected by ZeroMQ.
+inline constexpr int64_t kMaxTaskMessageBytes = 64 << 20;
 
 // What both instances must agree on for transferred keys and values to be the ones the
 // decode instance would have computed: the model's shape, its quantization and the KV
@@ -52,7 +54,6 @@ struct KvFormat {
   bool operator==(const KvFormat&) const = default;
   std::string describe() const;
 };
-KvFormat kv_format_of(Engine& engine);
 
 // One layer of keys and values for positions [first, first + count): the frame before
 // the rows. Both ends are little-endian machines; `magic` catches anything else.

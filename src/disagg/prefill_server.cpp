@@ -62,6 +62,7 @@ PrefillServer::PrefillServer(const std::string& host, int port, int max_num_seqs
     socket->set(zmq::sockopt::rcvhwm, 0);
   }
   // Port 0: any free port (tests); port() tells which.
+  router_.set(zmq::sockopt::maxmsgsize, kMaxTaskMessageBytes);
   const std::string tcp = str_cat("tcp://", host == "0.0.0.0" ? "*" : host, ":", port == 0 ? "*" : std::to_string(port));
   try {
     router_.bind(tcp);

@@ -16,8 +16,10 @@ TEST(DTypeTest, ParsesTheSupportedNamesAndRefusesOthersByName) {
   EXPECT_EQ(parse_safetensors_dtype("F16"), DType::kF16);
   EXPECT_EQ(parse_safetensors_dtype("F32"), DType::kF32);
   EXPECT_EQ(parse_safetensors_dtype("U8"), DType::kU8);  // packed quantized weights
+  EXPECT_EQ(parse_safetensors_dtype("I8"), DType::kI8);  // FastDeploy's packed tensors
   EXPECT_FALSE(is_float_dtype(DType::kU8));
-  for (const char* other : {"F8_E4M3", "I8", "F64", "bf16"}) {
+  EXPECT_FALSE(is_float_dtype(DType::kI8));
+  for (const char* other : {"F8_E4M3", "I16", "F64", "bf16"}) {
     try {
       parse_safetensors_dtype(other);
       FAIL() << other;

@@ -1,7 +1,5 @@
 #include "cli/model_loading.h"
 
-#include "model/fastdeploy_quantization.h"
-
 #include <unistd.h>
 
 #include <cstdio>

@@ -135,7 +135,7 @@ void DecodeCoordinator::run() {
         message.clear();
       }
     }
-    probe_and_expire(outcomes);
+    probe_and_expire();
     dispatch(outcomes);
     std::vector<std::pair<int, std::string>> cancels;
     {
@@ -233,7 +233,7 @@ void DecodeCoordinator::on_status(int index, const zmq::multipart_t& message) {
     if (transfer.prefill == index) retry_or_compute_here(transfer, "it restarted");
 }
 
-void DecodeCoordinator::probe_and_expire(std::vector<std::pair<std::string, bool>>& outcomes) {
+void DecodeCoordinator::probe_and_expire() {
   const Clock::time_point now = Clock::now();
   for (size_t index = 0; index < prefills_.size(); ++index) {
     Prefill& prefill = prefills_[index];

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -99,7 +98,7 @@ class DecodeCoordinator final : public RemotePrefill {
   void connect(const std::string& endpoint);
   void on_prefill_message(int prefill, zmq::multipart_t& message, std::vector<std::pair<std::string, bool>>& outcomes);
   void on_status(int prefill, const zmq::multipart_t& message);
-  void probe_and_expire(std::vector<std::pair<std::string, bool>>& outcomes);
+  void probe_and_expire();
   void dispatch(std::vector<std::pair<std::string, bool>>& outcomes);
   // With mutex_ held: the attempt failed; try another prefill instance or give the
   // request back to the engine to compute.

@@ -36,11 +36,7 @@ Disaggregation::~Disaggregation() { stop(); }
 void Disaggregation::prepare(Engine& engine) {
   format_ = kv_format_of(engine);
   if (config_.role != Role::kDecode) return;
-  DecodeOptions options;
-  options.prefill_endpoints = config_.prefill_endpoints;
-  options.changeable = config_.changeable;
-  options.transfer_timeout = config_.transfer_timeout;
-  coordinator_ = std::make_unique<DecodeCoordinator>(engine.kv_pool(), format_, options);
+  coordinator_ = std::make_unique<DecodeCoordinator>(engine.kv_pool(), format_, config_.decode);
   engine.set_remote_prefill(coordinator_.get(), config_.local_prompt_tokens);
 }
 

@@ -20,9 +20,8 @@ struct DisaggregationConfig {
   Role role = Role::kMixed;
   std::string host = "0.0.0.0";         // prefill: the address decode instances reach it at
   int engine_worker_queue_port = 0;     // prefill: where decode instances connect
-  std::vector<std::string> prefill_endpoints;  // decode: prefill_endpoint() of each --innode-prefill-ports entry
-  bool changeable = false;              // FD_PD_CHANGEABLE
-  std::chrono::milliseconds transfer_timeout{std::chrono::minutes(10)};  // ERNIE_PD_TRANSFER_TIMEOUT
+  // Decode: --innode-prefill-ports, FD_PD_CHANGEABLE, ERNIE_PD_TRANSFER_TIMEOUT.
+  DecodeOptions decode;
   // Decode: prompts of at most this many tokens are computed here, not sent (0: all are
   // sent, as FastDeploy does); ERNIE_PD_LOCAL_PROMPT_TOKENS.
   int64_t local_prompt_tokens = 0;

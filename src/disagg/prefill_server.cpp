@@ -105,6 +105,11 @@ int PrefillServer::tasks_in_flight() const {
   return static_cast<int>(tasks_.size());
 }
 
+void PrefillServer::reply(const std::string& decode, zmq::multipart_t message) {
+  message.pushstr(decode);
+  message.send(router_);
+}
+
 void PrefillServer::send_from_engine(const std::string& decode, zmq::multipart_t message) {
   if (stopping_) return;
   message.pushstr(decode);
@@ -135,7 +140,7 @@ void PrefillServer::run() {
 void PrefillServer::on_decode_message(zmq::multipart_t& message) {
   if (message.size() < 2) return;
   const std::string decode = message.popstr();
-  const std::string kind = message.popstr();
+  const std::string kind = message.at(0).to_string();  // left in place for the decoders
   {
     std::lock_guard<std::mutex> lock(mutex_);
     last_heard_[decode] = std::chrono::steady_clock::now();
@@ -143,14 +148,10 @@ void PrefillServer::on_decode_message(zmq::multipart_t& message) {
   if (kind == kStatus) {
     const EngineStats stats = engine_->stats();
     const int busy = std::max(static_cast<int>(stats.running + stats.waiting), tasks_in_flight());
-    zmq::multipart_t reply = encode_status({instance_, std::max(0, max_num_seqs_ - busy), format_});
-    reply.pushstr(decode);
-    reply.send(router_);
+    reply(decode, encode_status({instance_, std::max(0, max_num_seqs_ - busy), format_}));
   } else if (kind == kTask) {
-    message.pushstr(kind);
     start_task(decode, message);
   } else if (kind == kCancel) {
-    message.pushstr(kind);
     const std::string wire_id = decode_outcome(message).id;
     std::string engine_id;
     {
@@ -174,11 +175,7 @@ void PrefillServer::start_task(const std::string& decode, zmq::multipart_t& mess
     log_warning("prefill role: a malformed task was refused: ", error.what());
     return;
   }
-  auto refuse = [&](const std::string& why) {
-    zmq::multipart_t reply = encode_outcome(kFailed, {task.id, why});
-    reply.pushstr(decode);
-    reply.send(router_);
-  };
+  auto refuse = [&](const std::string& why) { reply(decode, encode_outcome(kFailed, {task.id, why})); };
   if (task.format != format_) {
     refuse(str_cat("the prefill instance runs ", format_.describe(), " but the decode instance ", task.format.describe()));
     return;

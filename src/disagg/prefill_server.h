@@ -46,6 +46,8 @@ class PrefillServer {
   void on_decode_message(zmq::multipart_t& message);
   void start_task(const std::string& decode, zmq::multipart_t& message);
   void abort_tasks_of_silent_decodes();
+  // Sends a message to `decode` from the server thread (the only user of router_).
+  void reply(const std::string& decode, zmq::multipart_t message);
   // Queues a message for `decode` from the engine thread (the only user of push_).
   void send_from_engine(const std::string& decode, zmq::multipart_t message);
 

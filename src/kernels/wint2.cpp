@@ -60,6 +60,21 @@ ERNIE_INLINE float dot(const float* a, const float* b, int64_t count) {
   return sum;
 }
 
+// Row `row` of the matrix as floats (level times scale), each group in plane order.
+ERNIE_INLINE void decode_row(const WeightMatrix& w, int64_t row, float* out) {
+  const Wint2Params& params = params_of(w);
+  const int64_t groups = w.cols / kWint2Group;
+  const auto* bytes = static_cast<const uint8_t*>(w.data) + row * (w.cols / 4);
+  const float super = params.super_scale[static_cast<size_t>(row)];
+  for (int64_t g = 0; g < groups; ++g) {
+    float* group = out + g * kWint2Group;
+    decode_group(bytes + g * kBytesPerGroup, params.code_scale[static_cast<size_t>(row)],
+                 params.code_zp[static_cast<size_t>(row)], group);
+    const float scale = static_cast<float>(params.group_scale[static_cast<size_t>(row * groups + g)]) * super;
+    for (int i = 0; i < kWint2Group; ++i) group[i] *= scale;
+  }
+}
+
 // lanes[i] += scale * levels[i] * x[i] over one group.
 ERNIE_INLINE void accumulate_group(const float* levels, const float* x, float scale, float* lanes) {
   for (int i = 0; i < kWint2Group; ++i) lanes[i] += scale * levels[i] * x[i];
@@ -84,12 +99,7 @@ void rows_wint2(const float* x, int64_t n, const WeightMatrix& w, int64_t begin,
     const float code_scale = params.code_scale[static_cast<size_t>(row)], code_zp = params.code_zp[static_cast<size_t>(row)];
     const uint8_t* group_scale = params.group_scale.data() + row * groups;
     if (n > kFewTokens) {
-      for (int64_t g = 0; g < groups; ++g) {
-        float* out = row_values.data() + g * kWint2Group;
-        decode_group(row_bytes + g * kBytesPerGroup, code_scale, code_zp, out);
-        const float scale = static_cast<float>(group_scale[g]) * super;
-        for (int i = 0; i < kWint2Group; ++i) out[i] *= scale;
-      }
+      decode_row(w, row, row_values.data());
       for (int64_t t = 0; t < n; ++t) y[t * w.rows + row] = dot(row_values.data(), x + t * w.cols, w.cols);
       continue;
     }
@@ -148,17 +158,13 @@ WeightMatrix make_wint2_weight(const uint8_t* quant_weight, const uint8_t* weigh
 }
 
 void wint2_dequantize_row(const WeightMatrix& w, int64_t row, float* out) {
-  const Wint2Params& params = params_of(w);
-  const int64_t groups = w.cols / kWint2Group;
-  const auto* bytes = static_cast<const uint8_t*>(w.data) + row * (w.cols / 4);
+  decode_row(w, row, out);
   float planes[kWint2Group];
-  for (int64_t g = 0; g < groups; ++g) {
-    decode_group(bytes + g * kBytesPerGroup, params.code_scale[static_cast<size_t>(row)],
-                 params.code_zp[static_cast<size_t>(row)], planes);
-    const float scale = static_cast<float>(params.group_scale[static_cast<size_t>(row * groups + g)]) *
-                        params.super_scale[static_cast<size_t>(row)];
+  for (int64_t g = 0; g < w.cols / kWint2Group; ++g) {
+    float* group = out + g * kWint2Group;
+    std::copy_n(group, kWint2Group, planes);
     for (int r = 0; r < kBytesPerGroup; ++r)
-      for (int j = 0; j < 4; ++j) out[g * kWint2Group + 4 * r + j] = planes[j * kBytesPerGroup + r] * scale;
+      for (int j = 0; j < 4; ++j) group[4 * r + j] = planes[j * kBytesPerGroup + r];
   }
 }
 

@@ -16,13 +16,17 @@ void require_float(const TensorView& tensor) {
          "; weights must be BF16, F16 or F32");
 }
 
+void require_shape(const TensorView& tensor, const std::vector<int64_t>& expected) {
+  if (tensor.shape() != expected)
+    fail("tensor \"", tensor.name(), "\" has shape ", shape_to_string(tensor.shape()), ", expected ",
+         shape_to_string(expected));
+}
+
 }  // namespace
 
 void expect_shape(const TensorView& tensor, const std::vector<int64_t>& expected) {
   require_float(tensor);
-  if (tensor.shape() != expected)
-    fail("tensor \"", tensor.name(), "\" has shape ", shape_to_string(tensor.shape()), ", expected ",
-         shape_to_string(expected));
+  require_shape(tensor, expected);
 }
 
 std::vector<float> to_f32(const TensorView& tensor) {
@@ -157,9 +161,7 @@ std::vector<WeightMatrix> WeightReader::wint2_linear(const std::string& base, co
     const TensorView tensor = checkpoint_.take(prefix_ + base + field, shape);
     if (tensor.dtype() != DType::kU8 && tensor.dtype() != DType::kI8)
       fail("tensor \"", tensor.name(), "\" has dtype ", safetensors_dtype_name(tensor.dtype()), ", expected U8 or I8");
-    if (tensor.shape() != shape)
-      fail("tensor \"", tensor.name(), "\" has shape ", shape_to_string(tensor.shape()), ", expected ",
-           shape_to_string(shape));
+    require_shape(tensor, shape);
     return tensor.data;
   };
   auto floats = [&](const char* field) {

@@ -3,7 +3,8 @@
 #include <curl/curl.h>
 
 #include <map>
-#include <nlohmann/json.hpp>
+
+#include "serving/http_messages.h"
 
 #include "util/error.h"
 #include "util/log.h"
@@ -55,10 +56,6 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
 int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   // About once a second even while the upstream is silent (a long prefill).
   return *static_cast<HttpProxy::Transfer*>(user)->client_gone ? 1 : 0;
-}
-
-std::string json_error(const std::string& message) {
-  return nlohmann::json{{"error", {{"message", message}, {"type", "server_error"}, {"code", 502}}}}.dump();
 }
 
 }  // namespace
@@ -169,7 +166,7 @@ void HttpProxy::finish(Transfer* transfer, int curl_code) {
     // Mid-stream: dropping the stream without close() cuts the client's connection, so
     // it sees an incomplete answer, never one that looks whole.
     if (outcome.connected && !transfer->stream && !*transfer->client_gone)
-      transfer->responder->respond({502, "application/json", json_error("the upstream instance failed: " + outcome.error), {}});
+      transfer->responder->respond({502, "application/json", http_error_body("the upstream instance failed: " + outcome.error, "server_error", 502), {}});
     if (!outcome.connected) {
       outcome.request = std::move(transfer->request);
       outcome.responder = std::move(transfer->responder);

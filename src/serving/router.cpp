@@ -1,5 +1,6 @@
 #include "serving/router.h"
 
+#include "serving/http_messages.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -18,7 +19,7 @@ int port_field(const json& body, const char* name) {
 HttpResponse json_response(int status, const json& body) { return {status, "application/json", body.dump(), {}}; }
 
 HttpResponse error_response(int status, const std::string& message) {
-  return json_response(status, {{"error", {{"message", message}, {"type", "invalid_request_error"}, {"code", status}}}});
+  return {status, "application/json", http_error_body(message, "invalid_request_error", status), {}};
 }
 
 }  // namespace

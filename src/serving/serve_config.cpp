@@ -1,5 +1,6 @@
 #include "serving/serve_config.h"
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -193,11 +194,11 @@ disagg::DisaggregationConfig parse_disaggregation(const ParsedArgs& args, const 
       fail("--innode-prefill-ports names the prefill instances of a decode instance; add --splitwise-role decode");
     std::stringstream entries(args.get("innode-prefill-ports"));
     for (std::string entry; std::getline(entries, entry, ',');)
-      config.prefill_endpoints.push_back(disagg::prefill_endpoint(entry));
+      config.decode.prefill_endpoints.push_back(disagg::prefill_endpoint(entry));
   }
   if (config.role == Role::kPrefill && config.engine_worker_queue_port == 0)
     fail("--splitwise-role prefill needs --engine-worker-queue-port: the port decode instances send tasks to");
-  if (config.role == Role::kDecode && config.prefill_endpoints.empty() && !args.has("router"))
+  if (config.role == Role::kDecode && config.decode.prefill_endpoints.empty() && !args.has("router"))
     fail("--splitwise-role decode needs --innode-prefill-ports (the prefill instances' --engine-worker-queue-port) or "
          "--router (the `ernie router` they register with)");
   if (config.role != Role::kMixed && engine.tensor_parallel_size > 1)
@@ -208,17 +209,18 @@ disagg::DisaggregationConfig parse_disaggregation(const ParsedArgs& args, const 
          "keys and values of the prompt are not transferred; use method \"ngram\" (on the decode instance)");
   const std::string changeable = env_or("FD_PD_CHANGEABLE", "0");
   if (changeable != "0" && changeable != "1") fail("FD_PD_CHANGEABLE must be 0 or 1, got \"", changeable, "\"");
-  config.changeable = changeable == "1";
+  config.decode.changeable = changeable == "1";
   const std::string timeout = env_or("ERNIE_PD_TRANSFER_TIMEOUT", "600");
   char* end = nullptr;
   const double seconds = std::strtod(timeout.c_str(), &end);
   if (end == timeout.c_str() || *end != '\0' || !(seconds > 0) || seconds > 86400)
     fail("ERNIE_PD_TRANSFER_TIMEOUT must be a number of seconds in (0, 86400], got \"", timeout, "\"");
-  config.transfer_timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  config.decode.transfer_timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
   const std::string local = env_or("ERNIE_PD_LOCAL_PROMPT_TOKENS", "0");
-  const char* local_end = local.c_str();
-  const long long local_tokens = std::strtoll(local.c_str(), const_cast<char**>(&local_end), 10);
-  if (local_end == local.c_str() || *local_end != '\0' || local_tokens < 0 || local_tokens > 1000000000)
+  int64_t local_tokens = -1;
+  const auto [local_end, local_error] = std::from_chars(local.data(), local.data() + local.size(), local_tokens);
+  if (local_error != std::errc() || local_end != local.data() + local.size() || local_tokens < 0 ||
+      local_tokens > 1000000000)
     fail("ERNIE_PD_LOCAL_PROMPT_TOKENS must be a whole number of tokens >= 0, got \"", local, "\"");
   config.local_prompt_tokens = local_tokens;
   return config;

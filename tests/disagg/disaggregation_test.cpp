@@ -65,7 +65,7 @@ DisaggregationConfig prefill_config() {
 DisaggregationConfig decode_config(std::vector<std::string> endpoints) {
   DisaggregationConfig config;
   config.role = Role::kDecode;
-  config.prefill_endpoints = std::move(endpoints);
+  config.decode.prefill_endpoints = std::move(endpoints);
   return config;
 }
 
@@ -204,7 +204,7 @@ TEST_F(DisaggregationTest, ATaskPastTheTransferTimeoutIsCancelledAndRetriedOnAno
   Instance first(prefill_config());
   Instance second(prefill_config());
   DisaggregationConfig config = decode_config({local(first), local(second)});
-  config.transfer_timeout = 300ms;
+  config.decode.transfer_timeout = 300ms;
   Instance decode(config);
   wait_until_connected();
   first.role.stop();  // holds the task without a word

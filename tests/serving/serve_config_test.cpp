@@ -63,7 +63,7 @@ TEST(ServeConfigTest, TheSeedCommandsParse) {
                                     "--cache-queue-port", "8015", "--innode-prefill-ports", "7013",
                                     "--splitwise-role", "decode"});
   EXPECT_EQ(decode.disaggregation.role, disagg::Role::kDecode);
-  EXPECT_EQ(decode.disaggregation.prefill_endpoints, std::vector<std::string>{disagg::local_endpoint(7013)});
+  EXPECT_EQ(decode.disaggregation.decode.prefill_endpoints, std::vector<std::string>{disagg::local_endpoint(7013)});
   EXPECT_THROW(parse({"--model", model, "--splitwise-role", "decode", "--innode-prefill-ports", "7013",
                       "--tensor-parallel-size", "4"}),
                Error);

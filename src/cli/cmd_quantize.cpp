@@ -32,6 +32,9 @@ int quantize_command(int argc, char** argv) {
   const std::string out_dir = args.get("out");
   if (prequantized_quantization(model_dir))
     fail(model_dir, " is already pre-quantized; ernie quantize reads an original (bf16) checkpoint");
+  if (const auto release = load_model_config(model_dir).release)
+    fail(model_dir, " is FastDeploy's ", release->scheme, " release, which is read as it is stored; ernie quantize "
+         "reads an original (bf16) checkpoint");
   const QuantizationPlan plan = quantization_from_flag(model_dir, quantization);
   if (!plan.quantizes_weights())
     fail("--quantization ", quantization, " changes no weights (only the KV cache); there is nothing to pack");

@@ -8,7 +8,6 @@
 #include <fstream>
 #include <thread>
 
-#include "model/fastdeploy_quantization.h"
 #include "model/prequantized.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -49,10 +48,16 @@ QuantizationPlan quantization_from_flag(const std::string& model_dir, const std:
   // A pre-quantized checkpoint's own quantization_config takes priority over the flag,
   // as FastDeploy's does.
   std::string value = flag;
-  if (const std::optional<FastDeployQuantization> release = fastdeploy_quantization(model_dir)) {
+  const ModelConfig config = load_model_config(model_dir);
+  if (const std::optional<FastDeployQuantization>& release = config.release) {
     if (!flag.empty()) log_warning("the checkpoint is FastDeploy's ", release->scheme, " release; --quantization ", flag, " is ignored");
-    log_info("FastDeploy ", release->scheme, " checkpoint: routed experts past layer ", release->moe_w4_quant_end_layer,
-             " are read as stored; dense layers ", release->dense_quant_type);
+    if (release->scheme == "wint2")
+      log_info("FastDeploy WINT2 checkpoint: routed experts past layer ", release->moe_w4_quant_end_layer,
+               " are read as stored; dense layers ", release->dense_quant_type);
+    else
+      log_info("FastDeploy W4A8 checkpoint: routed experts read as stored (int4 weights, static int8 activations); "
+               "dense layers ", release->dense_quant_type,
+               release->static_kv_int8 ? "; KV cache int8 with the checkpoint's static scales" : "");
     value = release->quantization();
   } else if (const std::optional<std::string> stored = prequantized_quantization(model_dir)) {
     if (!flag.empty() && flag != *stored)
@@ -64,7 +69,9 @@ QuantizationPlan quantization_from_flag(const std::string& model_dir, const std:
   const char* head = std::getenv("ERNIE_QUANTIZE_LM_HEAD");
   const std::string head_flag = head != nullptr ? head : "1";
   if (head_flag != "0" && head_flag != "1") fail("ERNIE_QUANTIZE_LM_HEAD must be 0 or 1, got \"", head_flag, "\"");
-  return parse_quantization(value, load_model_config(model_dir), head_flag == "1");
+  QuantizationPlan plan = parse_quantization(value, config, head_flag == "1");
+  if (config.release) plan.experts_as_stored = config.release->scheme == "wint2" ? "WINT2" : "W4A8";
+  return plan;
 }
 
 std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, ThreadPool& pool,

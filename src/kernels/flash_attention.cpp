@@ -72,6 +72,16 @@ void store_kv_row(const float* values, int kv_heads, int head_dim, KvStorage sto
   }
 }
 
+void store_kv_row_static(const float* values, int kv_heads, int head_dim, const float* inverse_scales, void* row) {
+  auto* codes = static_cast<int8_t*>(row);
+  const size_t count = static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim);
+  for (size_t c = 0; c < count; ++c)
+    codes[c] = static_cast<int8_t>(std::clamp(std::nearbyint(values[c] * inverse_scales[c]), -127.0f, 127.0f));
+  const float one = 1.0f;
+  auto* scales = static_cast<uint8_t*>(row) + int8_scales_offset(kv_heads, head_dim);
+  for (int head = 0; head < kv_heads; ++head) std::memcpy(scales + sizeof(float) * static_cast<size_t>(head), &one, sizeof one);
+}
+
 void load_kv_row(const void* row, int kv_heads, int head_dim, KvStorage storage, float* values) {
   if (storage == KvStorage::kF32) {
     std::memcpy(values, row, kv_row_bytes(storage, kv_heads, head_dim));

@@ -26,6 +26,11 @@ const char* kv_storage_name(KvStorage storage);  // "fp32", "int8", "bf16"
 size_t kv_row_bytes(KvStorage storage, int kv_heads, int head_dim);
 // Writes one row from fp32 values [kv_heads * head_dim] in the given storage.
 void store_kv_row(const float* values, int kv_heads, int head_dim, KvStorage storage, void* row);
+// A kInt8 row with static per-channel scales (FastDeploy's C8 cache): channel c is
+// stored as clip(round_half_even(x · inverse_scales[c]), ±127) and every head's scale is
+// 1, so attention reads the codes themselves; the caller folds the per-channel
+// dequantization scales into the queries (keys) and into the attention output (values).
+void store_kv_row_static(const float* values, int kv_heads, int head_dim, const float* inverse_scales, void* row);
 // Reads one row back to fp32 (tests, debugging).
 void load_kv_row(const void* row, int kv_heads, int head_dim, KvStorage storage, float* values);
 

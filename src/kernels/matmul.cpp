@@ -549,13 +549,21 @@ void MatmulInput::reset(const float* x, int64_t n, int64_t cols) {
   have_int8_ = have_fp8_ = false;
 }
 
-const QuantizedActivations& MatmulInput::int8_blocks(ThreadPool& pool, int32_t group) {
-  if (have_int8_ && int8_.group == group) return int8_;
-  prepare_activations(n_, cols_, group, int8_);
+const QuantizedActivations& MatmulInput::int8_for(ThreadPool& pool, const WeightMatrix& w) {
+  if (have_int8_ && int8_.group == w.group && int8_absmax_ == w.input_absmax && int8_hadamard_ == w.input_hadamard)
+    return int8_;
+  prepare_activations(n_, cols_, w.group, int8_);
   pool.parallel_for(static_cast<size_t>(n_), 0, [&](size_t begin, size_t end) {
-    for (size_t t = begin; t < end; ++t) quantize_activation_token(x_, static_cast<int64_t>(t), int8_);
+    for (size_t t = begin; t < end; ++t) {
+      if (w.input_absmax > 0.0f)
+        quantize_activation_token_static(x_, static_cast<int64_t>(t), w.input_absmax, w.input_hadamard, int8_);
+      else
+        quantize_activation_token(x_, static_cast<int64_t>(t), int8_);
+    }
   });
   have_int8_ = true;
+  int8_absmax_ = w.input_absmax;
+  int8_hadamard_ = w.input_hadamard;
   return int8_;
 }
 
@@ -572,7 +580,7 @@ void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* 
   if (input.cols() != w.cols) fail("matmul: input width ", input.cols(), " does not match the weight's ", w.cols);
   if (input.n() == 0) return;
   if (is_integer(w)) {
-    matmul_integer(pool, input.int8_blocks(pool, w.group), w, y);
+    matmul_integer(pool, input.int8_for(pool, w), w, y);
   } else if (w.format == WeightFormat::kFp8) {
     matmul_float(pool, input.fp8_rounded(), input.n(), w, y);
   } else if (w.format == WeightFormat::kWint2) {
@@ -590,8 +598,12 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
     if (w->cols != input.cols()) fail("matmul: input width ", input.cols(), " does not match the weight's ", w->cols);
   if (input.n() == 0) return;
   const auto all = [&](auto predicate) { return std::all_of(weights.begin(), weights.end(), predicate); };
-  if (all([&](const WeightMatrix* w) { return is_integer(*w) && w->group == weights[0]->group; })) {
-    matmul_integer_group(pool, input.int8_blocks(pool, weights[0]->group), weights, outputs);
+  const WeightMatrix& first = *weights[0];
+  if (all([&](const WeightMatrix* w) {
+        return is_integer(*w) && w->group == first.group && w->input_absmax == first.input_absmax &&
+               w->input_hadamard == first.input_hadamard;
+      })) {
+    matmul_integer_group(pool, input.int8_for(pool, first), weights, outputs);
   } else {
     for (size_t i = 0; i < weights.size(); ++i) matmul(pool, input, *weights[i], outputs[i]);
   }
@@ -615,7 +627,11 @@ void reserve_matmul_scratch(int64_t max_cols) {
 void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y) {
   if (is_integer(w)) {
     QuantizedActivations quantized;
-    quantize_activations(x, n, w.cols, w.group, quantized);
+    prepare_activations(n, w.cols, w.group, quantized);
+    for (int64_t t = 0; t < n; ++t) {
+      if (w.input_absmax > 0.0f) quantize_activation_token_static(x, t, w.input_absmax, w.input_hadamard, quantized);
+      else quantize_activation_token(x, t, quantized);
+    }
     matmul_integer_reference(quantized, w, y);
     return;
   }

@@ -24,13 +24,17 @@ class MatmulInput {
   const float* x() const { return x_; }
   int64_t n() const { return n_; }
   int64_t cols() const { return cols_; }
-  const QuantizedActivations& int8_blocks(ThreadPool& pool, int32_t group);
+  // The int8 form the integer kernels need for `w`: per block of w.group inputs, or with
+  // w's static absmax (and Hadamard) for FastDeploy's W4A8 weights.
+  const QuantizedActivations& int8_for(ThreadPool& pool, const WeightMatrix& w);
   const float* fp8_rounded();
 
  private:
   const float* x_ = nullptr;
   int64_t n_ = 0, cols_ = 0;
   bool have_int8_ = false, have_fp8_ = false;
+  float int8_absmax_ = 0.0f;  // the form int8_ holds (WeightMatrix::input_absmax, input_hadamard)
+  int32_t int8_hadamard_ = 0;
   QuantizedActivations int8_;
   std::vector<float> fp8_;
 };

@@ -198,6 +198,15 @@ float int4_block_scale(const float* w) {
   return best_scale;
 }
 
+// Row r's offset codes (level + 8, one per input) into its panel's 64-byte lines.
+void pack_int4_row(const OwnedBytes& owned, int64_t r, int64_t cols, const uint8_t* codes) {
+  uint8_t* panel = owned.data + (r / kQuantPanelRows) * kQuantPanelRows * cols / 2;
+  const int64_t lane = r % kQuantPanelRows;
+  for (int64_t q = 0; q < cols / 8; ++q)
+    for (int64_t j = 0; j < 4; ++j)
+      panel[q * 64 + lane * 4 + j] = static_cast<uint8_t>(codes[8 * q + j] | (codes[8 * q + 4 + j] << 4));
+}
+
 WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
   if (group != kIntegerGroup) fail("int4 blocks are ", kIntegerGroup, " inputs, not ", group);
   const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
@@ -214,12 +223,7 @@ WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
         codes[static_cast<size_t>(k)] = static_cast<uint8_t>(round_clamp(w[k] * scale.inverse, -8, 7) + 8);
       scales[scale_index(r, b, blocks)] = scale.stored;
     }
-    uint8_t* panel = owned.data + (r / kQuantPanelRows) * kQuantPanelRows * cols / 2;
-    const int64_t lane = r % kQuantPanelRows;
-    for (int64_t q = 0; q < cols / 8; ++q)
-      for (int64_t j = 0; j < 4; ++j)
-        panel[q * 64 + lane * 4 + j] = static_cast<uint8_t>(codes[static_cast<size_t>(8 * q + j)] |
-                                                            (codes[static_cast<size_t>(8 * q + 4 + j)] << 4));
+    pack_int4_row(owned, r, cols, codes.data());
   }
   return quantized_matrix(dense, WeightFormat::kInt4, group, owned);
 }
@@ -289,6 +293,47 @@ WeightMatrix quantize_weight(const WeightMatrix& dense, WeightFormat format) {
     case WeightFormat::kWint2: break;  // refused by can_quantize
   }
   return dense;
+}
+
+WeightMatrix make_w4a8_weight(const uint8_t* packed, const float* weight_scale, float activation_scale,
+                              int32_t hadamard, int64_t in, int64_t total, int64_t first, int64_t count) {
+  if (in % kIntegerGroup != 0) fail("a W4A8 Linear needs a multiple of ", kIntegerGroup, " inputs, got ", in);
+  if (!(activation_scale > 0.0f) || !std::isfinite(activation_scale))
+    fail("a W4A8 activation_scale must be a positive number, got ", activation_scale);
+  const int64_t prows = padded_rows(count), blocks = in / kIntegerGroup;
+  OwnedBytes owned = allocate(static_cast<size_t>(prows * in / 2), static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
+  auto* scales = reinterpret_cast<uint16_t*>(owned.scales);
+  std::memset(owned.data, 0x88, static_cast<size_t>(prows * in / 2));  // stored zeros
+  // FastDeploy's load (fused_moe_cutlass_backend.py): s = 1 / activation_scale and the
+  // output scale bf16(weight_scale / (127 · 112) / s) multiplies the sum of x_int8 · 16 ·
+  // w_int4. The activation blocks carry a power of two (w4a8_activation_block_scale), so
+  // the weight blocks carry the rest exactly.
+  const float s = 1.0f / activation_scale, activation_block = 1.0f / w4a8_activation_block_scale(activation_scale);
+  std::vector<uint8_t> codes(static_cast<size_t>(in));
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t column = first + r;
+    const float output_scale = bf16_to_f32(f32_to_bf16(weight_scale[column] / (127.0f * 112.0f) / s));
+    const uint16_t stored = f32_to_f16(16.0f * output_scale * activation_block);
+    for (int64_t b = 0; b < blocks; ++b) scales[scale_index(r, b, blocks)] = stored;
+    for (int64_t k = 0; k < in; ++k) {
+      const uint8_t byte = packed[(k / 2) * total + column];
+      const uint8_t nibble = k % 2 == 0 ? (byte & 0xf) : (byte >> 4);
+      codes[static_cast<size_t>(k)] = static_cast<uint8_t>(nibble ^ 0x8);  // two's complement level + 8
+    }
+    pack_int4_row(owned, r, in, codes.data());
+  }
+  WeightMatrix out;
+  out.format = WeightFormat::kInt4;
+  out.dtype = DType::kBF16;
+  out.group = static_cast<int32_t>(kIntegerGroup);
+  out.rows = count;
+  out.cols = in;
+  out.data = owned.data;
+  out.scales = owned.scales;
+  out.storage = owned.bytes;
+  out.input_absmax = activation_scale;
+  out.input_hadamard = hadamard;
+  return out;
 }
 
 std::vector<float> dequantize_weight(const WeightMatrix& m) {
@@ -466,6 +511,48 @@ void quantize_activation_token(const float* x, int64_t t, QuantizedActivations& 
   const int64_t blocks = out.cols / out.group;
   quantize_activation_row(x + t * out.cols, out.cols, out.group, out.values.data() + t * out.cols,
                           out.scales.data() + t * blocks, out.sums.data() + t * blocks);
+}
+
+void hadamard_transform_blocks(float* x, int64_t cols, int32_t block) {
+  for (int64_t first = 0; first < cols; first += block) {
+    float* v = x + first;
+    // Butterflies (a + b, a - b) at strides 1, 2, 4, ...: natural (Sylvester) order.
+    for (int32_t half = 1; half < block; half *= 2)
+      for (int32_t i = 0; i < block; i += 2 * half)
+        for (int32_t j = i; j < i + half; ++j) {
+          const float a = v[j], b = v[j + half];
+          v[j] = a + b;
+          v[j + half] = a - b;
+        }
+  }
+}
+
+float w4a8_activation_block_scale(float absmax) { return std::exp2(std::round(std::log2(absmax / 127.0f))); }
+
+void quantize_activation_token_static(const float* x, int64_t t, float absmax, int32_t hadamard,
+                                      QuantizedActivations& out) {
+  const int64_t cols = out.cols, blocks = cols / out.group;
+  const float* row = x + t * cols;
+  thread_local std::vector<float> rotated;
+  if (hadamard > 0) {
+    rotated.assign(row, row + cols);
+    hadamard_transform_blocks(rotated.data(), cols, hadamard);
+    row = rotated.data();
+  }
+  // FastDeploy multiplies by the reciprocal it stored at load (1 / activation_scale), in
+  // float, and rounds half away from zero (C's round).
+  const float inverse = 1.0f / absmax, factor = 127.0f * inverse, scale = w4a8_activation_block_scale(absmax);
+  int8_t* values = out.values.data() + t * cols;
+  for (int64_t b = 0; b < blocks; ++b) {
+    int32_t sum = 0;
+    for (int64_t k = b * out.group; k < (b + 1) * out.group; ++k) {
+      const float code = std::clamp(std::round(factor * row[k]), -127.0f, 127.0f);
+      values[k] = static_cast<int8_t>(code);
+      sum += values[k];
+    }
+    out.scales[static_cast<size_t>(t * blocks + b)] = scale;
+    out.sums[static_cast<size_t>(t * blocks + b)] = sum;
+  }
 }
 
 void fake_quantize_fp8_activations(float* x, int64_t n, int64_t cols) {

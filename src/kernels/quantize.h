@@ -50,6 +50,19 @@ bool can_quantize(const WeightMatrix& dense, WeightFormat format);
 // Throws ernie::Error when can_quantize is false.
 WeightMatrix quantize_weight(const WeightMatrix& dense, WeightFormat format);
 
+// FastDeploy's W4A8 Linear as its releases store it (is_permuted false; docs/quantization.md):
+// `packed` int8 [in/2, total], two signed int4 levels a byte along the inputs (low nibble
+// the even input), `weight_scale` [total] per output and the expert's static
+// `activation_scale`. Columns [first, first + count) become a kInt4 matrix whose input is
+// quantized with that static scale, after a Hadamard over blocks of `hadamard` inputs
+// when > 0 (the down projection's).
+WeightMatrix make_w4a8_weight(const uint8_t* packed, const float* weight_scale, float activation_scale,
+                              int32_t hadamard, int64_t in, int64_t total, int64_t first, int64_t count);
+
+// Whether a matrix holds a FastDeploy release's weights as they were stored (WINT2, W4A8),
+// which no quantized-weights cache or `ernie quantize` file needs to repeat.
+inline bool read_as_stored(const WeightMatrix& m) { return m.format == WeightFormat::kWint2 || m.input_absmax > 0.0f; }
+
 // The values a quantized (or dense) matrix represents, as fp32 [rows, cols].
 std::vector<float> dequantize_weight(const WeightMatrix& matrix);
 
@@ -79,6 +92,20 @@ void quantize_activations(const float* x, int64_t n, int64_t cols, int32_t group
 // token t from x [n, cols].
 void prepare_activations(int64_t n, int64_t cols, int32_t group, QuantizedActivations& out);
 void quantize_activation_token(const float* x, int64_t t, QuantizedActivations& out);
+
+// FastDeploy's W4A8 activations (fused_moe_op.h; docs/quantization.md): token t of x,
+// first transformed by an unnormalised natural-order Hadamard over blocks of `hadamard`
+// inputs when `hadamard` > 0, is quantized with the static absmax `absmax`:
+// v = clip(round_half_away(127 · (1 / absmax) · x), ±127), every block's scale absmax / 127.
+void quantize_activation_token_static(const float* x, int64_t t, float absmax, int32_t hadamard,
+                                      QuantizedActivations& out);
+// The block scale those activations carry: the power of two nearest absmax / 127, so the
+// weight blocks hold FastDeploy's bf16 output scale times an exact power of two, which
+// fp16 represents without rounding (their product is the release's scale exactly).
+float w4a8_activation_block_scale(float absmax);
+// The unnormalised Sylvester Hadamard transform (H[i][j] = (-1)^popcount(i & j)) of each
+// block of `block` values of x [cols], in place; `block` a power of two dividing cols.
+void hadamard_transform_blocks(float* x, int64_t cols, int32_t block);
 
 // Rounds x [n, cols] through e4m3 with one scale per token and 128 inputs (in place).
 void fake_quantize_fp8_activations(float* x, int64_t n, int64_t cols);

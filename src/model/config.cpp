@@ -342,6 +342,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   } else if (reader.has("moe_num_experts")) {
     fail(source, ": architecture ", config.architecture, " is dense but the config sets moe_num_experts");
   }
+  config.release = parse_fastdeploy_quantization(root, source);
   return config;
 }
 

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "model/fastdeploy_quantization.h"
+
 namespace ernie {
 
 // Which published checkpoint layout a directory uses (spec §5).
@@ -92,6 +94,8 @@ struct ModelConfig {
   int num_nextn_predict_layers = 0;  // MTP layers in the checkpoint
   std::optional<MoeConfig> moe;  // set for Ernie4_5_MoeForCausalLM and the VL model
   std::optional<VlConfig> vl;    // set for Ernie4_5_VLMoeForConditionalGeneration
+  // FastDeploy's offline-quantized release this checkpoint is, from quantization_config.
+  std::optional<FastDeployQuantization> release;
 
   bool is_moe_layer(int layer) const;
   int q_width() const { return num_attention_heads * head_dim; }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <thread>
 
 #include "kernels/matmul.h"
@@ -426,6 +427,25 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
   float* qkv_out[] = {q, k, v};
   matmul_shared_input(pool_, input_, qkv, qkv_out);
 
+  // C8: the checkpoint's static per-channel scales. Rows hold the codes; the keys'
+  // dequantization scales multiply the queries (q · (s ∘ k) = (s ∘ q) · k) and the
+  // values' the attention output (Σ p (s ∘ v) = s ∘ Σ p v), so the kernel is unchanged.
+  const bool static_kv = kv_storage_ == KvStorage::kInt8 && !layer.key_absmax.empty();
+  float* kv_scales = static_kv ? sized(kv_scales_, 4 * kv_width) : nullptr;
+  if (static_kv)
+    for (int64_t c = 0; c < kv_width; ++c) {
+      kv_scales[c] = 127.0f / layer.key_absmax[static_cast<size_t>(c)];
+      kv_scales[kv_width + c] = 127.0f / layer.value_absmax[static_cast<size_t>(c)];
+      kv_scales[2 * kv_width + c] = layer.key_absmax[static_cast<size_t>(c)] / 127.0f;
+      kv_scales[3 * kv_width + c] = layer.value_absmax[static_cast<size_t>(c)] / 127.0f;
+    }
+  // Query head h reads KV head h / group: its channel d has scale [kv head · hd + d].
+  const auto scale_heads = [&](float* row, const float* channel_scales) {
+    const int group = heads / kv_heads;
+    for (int head = 0; head < heads; ++head)
+      for (int d = 0; d < hd; ++d) row[head * hd + d] *= channel_scales[(head / group) * hd + d];
+  };
+
   // RoPE on q and k, then append k and v to each sequence's cache.
   for_rows(n, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -433,8 +453,16 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
       const float* rotation = rope_cos_sin_.data() + t * hd;
       apply_rope_rotation(q + t * q_width, heads, hd, rotation);
       apply_rope_rotation(k + t * kv_width, kv_heads, hd, rotation);
-      store_kv_row(k + t * kv_width, kv_heads, hd, kv_storage_, slot.chunk->cache->key(layer_index, slot.position));
-      store_kv_row(v + t * kv_width, kv_heads, hd, kv_storage_, slot.chunk->cache->value(layer_index, slot.position));
+      void* key_row = slot.chunk->cache->key(layer_index, slot.position);
+      void* value_row = slot.chunk->cache->value(layer_index, slot.position);
+      if (static_kv) {
+        store_kv_row_static(k + t * kv_width, kv_heads, hd, kv_scales, key_row);
+        store_kv_row_static(v + t * kv_width, kv_heads, hd, kv_scales + kv_width, value_row);
+        scale_heads(q + t * q_width, kv_scales + 2 * kv_width);
+      } else {
+        store_kv_row(k + t * kv_width, kv_heads, hd, kv_storage_, key_row);
+        store_kv_row(v + t * kv_width, kv_heads, hd, kv_storage_, value_row);
+      }
     }
   });
 
@@ -466,6 +494,10 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
                              attended + item.first_token * q_width, q_width, scratch);
     }
   });
+  if (static_kv)
+    for_rows(n, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) scale_heads(attended + t * q_width, kv_scales + 3 * kv_width);
+    });
   matmul(pool_, attended, n, layer.attention.o, out);
 }
 
@@ -577,16 +609,19 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
   // Each expert runs on its gathered tokens and scatters back scaled by its weight.
   for (int expert = 0; expert < e; ++expert) {
     const int64_t tokens = count[expert];
-    const MlpWeights& weights = moe.experts[static_cast<size_t>(expert)];
-    // Expert parallelism: another rank runs this expert (its share comes in the all-reduce).
-    if (tokens == 0 || weights.gate.empty()) continue;
+    const auto parts = std::span(moe.experts).subspan(static_cast<size_t>(expert * moe.expert_parts),
+                                                      static_cast<size_t>(moe.expert_parts));
+    // Expert (or part) parallelism: another rank runs this expert (its share comes in the all-reduce).
+    const auto held = [](const MlpWeights& part) { return !part.gate.empty(); };
+    if (tokens == 0 || std::none_of(parts.begin(), parts.end(), held)) continue;
     const Routing* mine = routed + offset[expert];
     float* gathered = sized(expert_in_, tokens * h);
     for (int64_t i = 0; i < tokens; ++i) std::copy_n(input + mine[i].token * h, h, gathered + i * h);
     float* expert_out = sized(expert_out_, tokens * h);
     std::fill_n(expert_out, tokens * h, 0.0f);
     expert_input_.reset(gathered, tokens, h);
-    mlp_block(weights, expert_input_, expert_out);
+    for (const MlpWeights& part : parts)
+      if (held(part)) mlp_block(part, expert_input_, expert_out);  // each adds its share
     for (int64_t i = 0; i < tokens; ++i) add_scaled(out + mine[i].token * h, expert_out + i * h, mine[i].weight, h);
   }
 }

@@ -165,6 +165,7 @@ class ErnieModel final : public LanguageModel {
   // The forward pass's working memory (see forward()).
   std::vector<float> rope_cos_sin_;  // [rows][head_dim]: RoPE rotation of each row's position
   std::vector<float> x_, normed_, block_out_, q_, k_, v_, attended_, gate_, up_, down_, last_, logits_;
+  std::vector<float> kv_scales_;  // C8: quantize and dequantize scales of the keys and values
   std::vector<float> mtp_input_;  // [rows, 2H]: normed embedding ; normed hidden
   int64_t hidden_rows_ = 0;       // rows of x_ the last forward left
   std::unique_ptr<WeightMatrix> mtp_head_;  // int8 copy of the LM head for drafting

@@ -1,5 +1,6 @@
 #include "model/ernie_weights.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "model/prequantized.h"
@@ -25,6 +26,15 @@ std::vector<float> read_correction_bias(WeightReader& reader, const std::string&
   return {all.begin() + row * e, all.begin() + (row + 1) * e};
 }
 
+// A C8 scale vector: one positive absmax per key or value channel.
+std::vector<float> read_kv_absmax(WeightReader& reader, const std::string& name, const ModelConfig& config) {
+  std::vector<float> absmax = reader.vector(name, config.kv_width());
+  for (const float value : absmax)
+    if (!(value > 0.0f) || !std::isfinite(value))
+      fail("tensor \"", reader.prefix() + name, "\" holds ", value, "; a KV channel's absmax must be a positive number");
+  return absmax;
+}
+
 // The routed experts of one modality: router `router_name`, bias row `bias_row`,
 // experts first_expert .. first_expert + E - 1 of inner size `inner`.
 MoeWeights read_routed_experts(WeightReader& reader, const std::string& base, const ModelConfig& config,
@@ -43,8 +53,13 @@ MoeWeights read_routed_experts(WeightReader& reader, const std::string& base, co
            "]; config has moe_use_aux_free=true)");
     moe.correction_bias.assign(static_cast<size_t>(e), 0.0f);
   }
-  for (int64_t expert = 0; expert < e; ++expert)
-    moe.experts.push_back(reader.mlp(base + "experts." + std::to_string(first_expert + expert) + ".", h, inner));
+  const int32_t hadamard = config.release && config.release->scheme == "w4a8" ? config.release->hadamard_block_size : 0;
+  for (int64_t expert = 0; expert < e; ++expert) {
+    std::vector<MlpWeights> parts =
+        reader.expert(base + "experts." + std::to_string(first_expert + expert) + ".", h, inner, hadamard);
+    moe.expert_parts = static_cast<int>(parts.size());
+    for (MlpWeights& part : parts) moe.experts.push_back(std::move(part));
+  }
   return moe;
 }
 
@@ -64,6 +79,12 @@ DecoderLayerWeights read_layer(WeightReader& reader, const std::string& base, co
   layer.input_norm = reader.vector(base + "input_layernorm.weight", h);
   layer.post_attention_norm = reader.vector(base + "post_attention_layernorm.weight", h);
   layer.attention = reader.attention(base + "self_attn.", config);
+  // The MTP block has none: its cache rows keep their own per-head scales.
+  if (reader.has(base + "self_attn.cachek_matmul.activation_scale") ||
+      (config.release && config.release->static_kv_int8 && base.starts_with("layers."))) {
+    layer.key_absmax = read_kv_absmax(reader, base + "self_attn.cachek_matmul.activation_scale", config);
+    layer.value_absmax = read_kv_absmax(reader, base + "self_attn.cachev_matmul.activation_scale", config);
+  }
   if (moe_layer) {
     layer.moe = read_moe(reader, base + "mlp.", config);
     if (config.vl)

@@ -25,7 +25,11 @@ struct MlpWeights {
 struct MoeWeights {
   std::vector<float> router;           // [E, H] fp32
   std::vector<float> correction_bias;  // [E] fp32; zeros when the checkpoint has none
-  std::vector<MlpWeights> experts;     // E experts of inner size Im
+  // E experts of inner size Im, each in `expert_parts` parts: experts[e * parts + p].
+  // A part is an MLP of inner size Im / parts whose output adds to the others'
+  // (FastDeploy's pre-sharded W4A8 releases keep each rank's part with its own scales).
+  std::vector<MlpWeights> experts;
+  int expert_parts = 1;
   std::optional<MlpWeights> shared;    // shared experts as one MLP, weight 1
 };
 
@@ -33,6 +37,10 @@ struct DecoderLayerWeights {
   std::vector<float> input_norm;           // [H]
   std::vector<float> post_attention_norm;  // [H]
   AttentionWeights attention;
+  // C8 (FastDeploy's W4A8C8 releases, self_attn.cache{k,v}_matmul.activation_scale): the
+  // static absmax of each key (after RoPE) and value channel, [kv_heads · head_dim], with
+  // which an int8 KV cache stores this layer; empty otherwise.
+  std::vector<float> key_absmax, value_absmax;
   std::optional<MlpWeights> mlp;  // dense layers
   std::optional<MoeWeights> moe;  // MoE layers (the text experts and the shared ones of VL)
   // ERNIE-4.5-VL: the experts of vision tokens, with their own router and bias row

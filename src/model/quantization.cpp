@@ -69,8 +69,11 @@ bool QuantizationPlan::quantizes_weights() const {
 }
 
 std::string QuantizationPlan::describe() const {
-  return str_cat("dense layers ", weight_format_name(dense), ", experts ", weight_format_name(experts), ", LM head ",
-                 weight_format_name(head), ", KV cache ", kv_storage_name(kv_cache));
+  const std::string routed = experts_as_stored.empty()
+                                 ? std::string(weight_format_name(experts))
+                                 : str_cat(experts_as_stored, " as stored (", weight_format_name(experts), " where held in float)");
+  return str_cat("dense layers ", weight_format_name(dense), ", experts ", routed, ", LM head ", weight_format_name(head),
+                 ", KV cache ", kv_storage_name(kv_cache));
 }
 
 QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& config, bool quantize_head) {

@@ -33,6 +33,9 @@ struct QuantizationPlan {
   // kv_cache_quant_type as the flag named it; unset, the caller's default applies
   // (the engine's is bf16, the numerics tools' fp32).
   std::optional<KvStorage> kv_cache_named;
+  // A FastDeploy release's routed experts, read as stored ("WINT2", "W4A8"); `experts`
+  // then applies to those it holds in float only.
+  std::string experts_as_stored;
 
   bool quantizes_weights() const;
   // e.g. "dense wint8, experts wint4, LM head wint8, KV cache int8".

@@ -117,7 +117,7 @@ std::optional<std::string> attach_packed_linears(const PackedSource& source, Ern
   for (size_t i = 0; i < linears.size(); ++i) {
     const std::string name = "linear." + std::to_string(i);
     const auto entry = source.metadata.find(name);
-    if (entry == source.metadata.end()) continue;  // kept dense
+    if (entry == source.metadata.end()) continue;  // kept dense, or read as stored
     std::istringstream fields(entry->second);
     std::string format_name;
     WeightMatrix packed;
@@ -161,7 +161,7 @@ std::vector<TensorToWrite> packed_linear_tensors(const ErnieWeights& weights, st
   for (const bool scales : {true, false})
     for (size_t i = 0; i < linears.size(); ++i) {
       const WeightMatrix& m = *linears[i];
-      if (m.dense()) continue;
+      if (m.dense() || read_as_stored(m)) continue;
       const std::string name = "linear." + std::to_string(i);
       metadata[name] = describe_linear(m);
       if (scales) add(name + ".scales", scale_dtype(m), m.scales, packed_scale_bytes(m));

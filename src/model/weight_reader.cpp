@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/quantize.h"
 #include "kernels/wint2.h"
 #include "model/prequantized.h"
 #include "util/error.h"
@@ -181,6 +182,60 @@ std::vector<WeightMatrix> WeightReader::wint2_linear(const std::string& base, co
     first += out;
   }
   return parts;
+}
+
+std::vector<WeightMatrix> WeightReader::w4a8_linear(const std::string& base, const std::vector<int64_t>& outs,
+                                                   int64_t in, int part, int32_t hadamard) {
+  int64_t total = 0;
+  for (int64_t out : outs) total += out;
+  const std::string name = checkpoint_.part_name(part, prefix_ + base);
+  if (in % kIntegerGroup != 0)
+    fail("tensor \"", name, "quant_weight\": a W4A8 Linear needs a multiple of ", kIntegerGroup, " inputs, got ", in);
+  if (hadamard > 0 && in % hadamard != 0)
+    fail("tensor \"", name, "quant_weight\": its ", in, " inputs are not whole blocks of hadamard_block_size ", hadamard);
+  const TensorView packed = checkpoint_.take(name + "quant_weight", {in / 2, total});
+  if (packed.dtype() != DType::kI8 && packed.dtype() != DType::kU8)
+    fail("tensor \"", packed.name(), "\" has dtype ", safetensors_dtype_name(packed.dtype()), ", expected I8");
+  require_shape(packed, {in / 2, total});
+  const TensorView scale = checkpoint_.take(name + "weight_scale", {total});
+  expect_shape(scale, {total});
+  const std::vector<float> weight_scale = to_f32(scale);
+  const TensorView activation = checkpoint_.take(name + "activation_scale", {1});
+  if (activation.info->num_elements() != 1 || activation.shape().size() > 1)
+    fail("tensor \"", activation.name(), "\" has shape ", shape_to_string(activation.shape()), ", expected [1] (one scale per expert)");
+  const float activation_scale = to_f32(activation).front();
+  std::vector<WeightMatrix> parts;
+  int64_t first = 0;
+  for (int64_t out : outs) {
+    parts.push_back(make_w4a8_weight(packed.data, weight_scale.data(), activation_scale, hadamard, in, total, first, out));
+    first += out;
+  }
+  return parts;
+}
+
+std::vector<MlpWeights> WeightReader::expert(const std::string& base, int64_t hidden, int64_t inner, int32_t hadamard) {
+  if (!checkpoint_.contains(checkpoint_.part_name(0, prefix_ + base + "up_gate_proj.activation_scale")))
+    return {mlp(base, hidden, inner)};
+  const int parts = checkpoint_.rank_parts();
+  if (inner % parts != 0)
+    fail("tensor \"", checkpoint_.part_name(0, prefix_ + base), "up_gate_proj.quant_weight\": ", parts,
+         " rank parts do not divide the experts' inner size ", inner);
+  if (hadamard <= 0)
+    fail("tensor \"", checkpoint_.part_name(0, prefix_ + base), "up_gate_proj.activation_scale\" is a FastDeploy W4A8 "
+         "expert, but config.json's quantization_config does not announce moe_quant_type \"w4a8\"");
+  std::vector<MlpWeights> mlps;
+  const int64_t part_inner = inner / parts;
+  for (int part = 0; part < parts; ++part) {
+    MlpWeights mlp;
+    // gate | up, as FastDeploy's fused up_gate_proj holds them; the up projection's input
+    // is not rotated, the down projection's is.
+    auto gate_up = w4a8_linear(base + "up_gate_proj.", {part_inner, part_inner}, hidden, part, 0);
+    mlp.gate = gate_up[0];
+    mlp.up = gate_up[1];
+    mlp.down = w4a8_linear(base + "down_proj.", {hidden}, part_inner, part, hadamard).front();
+    mlps.push_back(std::move(mlp));
+  }
+  return mlps;
 }
 
 MlpWeights WeightReader::mlp(const std::string& base, int64_t hidden, int64_t inner) {

@@ -48,11 +48,20 @@ class WeightReader {
   // FastDeploy's WINT2 Linear BASE.{quant_weight, weight_scale, super_scales, code_scale,
   // code_zp} (kernels/wint2.h), its outputs split into `outs`.
   std::vector<WeightMatrix> wint2_linear(const std::string& base, const std::vector<int64_t>& outs, int64_t in);
+  // A routed expert BASE: one MLP, or for FastDeploy's W4A8 experts (BASE{up_gate_proj,
+  // down_proj}.{quant_weight, weight_scale, activation_scale}) one MLP per rank part of a
+  // pre-sharded release, each of inner / parts with its own scales; the parts' outputs
+  // sum to the expert's. `hadamard`: the block of the W4A8 down projection's input rotation.
+  std::vector<MlpWeights> expert(const std::string& base, int64_t hidden, int64_t inner, int32_t hadamard);
 
   Checkpoint& checkpoint() { return checkpoint_; }
   CheckpointLayout layout() const { return layout_; }
 
  private:
+  // Part `part` of a FastDeploy W4A8 Linear BASE{quant_weight, weight_scale, activation_scale}.
+  std::vector<WeightMatrix> w4a8_linear(const std::string& base, const std::vector<int64_t>& outs, int64_t in, int part,
+                                        int32_t hadamard);
+
   Checkpoint& checkpoint_;
   CheckpointLayout layout_;
   std::string prefix_;

@@ -12,6 +12,10 @@ void require_dense(const WeightMatrix& matrix, const char* what) {
   if (matrix.format == WeightFormat::kWint2)
     fail("tensor parallelism does not slice FastDeploy's WINT2 experts yet; run the WINT2 checkpoint with "
          "--tensor-parallel-size 1 (at 2 bits a weight it is made to fit one machine)");
+  if (matrix.input_absmax > 0.0f)
+    fail("tensor parallelism divides FastDeploy's W4A8 experts only along the release's own rank parts (its rank0/ .. "
+         "directories, whose scales belong to one part each); this release has one part: run it with "
+         "--tensor-parallel-size 1");
   if (!matrix.dense())
     fail("tensor parallelism slices dense weights, and ", what,
          " is packed already (a pre-quantized checkpoint): give the original checkpoint with --quantization instead");
@@ -108,14 +112,30 @@ void shard_layer(DecoderLayerWeights& layer, const ModelConfig& config, const Sh
   attention.k = shard_rows(attention.k, shape.first_kv_head * hd, shape.kv_heads * hd);
   attention.v = shard_rows(attention.v, shape.first_kv_head * hd, shape.kv_heads * hd);
   attention.o = shard_columns(attention.o, shape.first_head * hd, shape.heads * hd);
+  for (std::vector<float>* absmax : {&layer.key_absmax, &layer.value_absmax})
+    if (!absmax->empty())
+      *absmax = std::vector<float>(absmax->begin() + shape.first_kv_head * hd,
+                                   absmax->begin() + (shape.first_kv_head + shape.kv_heads) * hd);
   if (layer.mlp) layer.mlp = shard_mlp(*layer.mlp, plan);
   if (layer.moe) {
     MoeWeights& moe = *layer.moe;
     const int64_t e = static_cast<int64_t>(moe.experts.size()), mine = e / plan.size;
-    for (int64_t expert = 0; expert < e; ++expert) {
-      MlpWeights& weights = moe.experts[static_cast<size_t>(expert)];
-      if (!plan.expert_parallel) weights = shard_mlp(weights, plan);
-      else if (expert / mine != plan.rank) weights = MlpWeights{};  // another rank's expert
+    if (moe.expert_parts > 1) {
+      // A pre-sharded release's parts are whole: each rank keeps as many as divide evenly.
+      if (plan.expert_parallel)
+        fail("expert parallelism is not available over FastDeploy's pre-sharded W4A8 experts; use tensor parallelism");
+      if (moe.expert_parts % plan.size != 0)
+        fail("the release is sharded into ", moe.expert_parts, " rank parts, which --tensor-parallel-size ", plan.size,
+             " does not divide");
+      const int per_rank = moe.expert_parts / plan.size;
+      for (int64_t i = 0; i < e; ++i)
+        if ((i % moe.expert_parts) / per_rank != plan.rank) moe.experts[static_cast<size_t>(i)] = MlpWeights{};
+    } else {
+      for (int64_t expert = 0; expert < e; ++expert) {
+        MlpWeights& weights = moe.experts[static_cast<size_t>(expert)];
+        if (!plan.expert_parallel) weights = shard_mlp(weights, plan);
+        else if (expert / mine != plan.rank) weights = MlpWeights{};  // another rank's expert
+      }
     }
     if (moe.shared) moe.shared = shard_mlp(*moe.shared, plan);
   }

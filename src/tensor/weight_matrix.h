@@ -27,6 +27,12 @@ struct WeightMatrix {
   DType dtype = DType::kBF16;  // element type of a kDense matrix
   WeightFormat format = WeightFormat::kDense;
   int32_t group = 0;              // inputs per scale (quantized formats)
+  // FastDeploy's W4A8 experts (pre-quantized releases): the input is quantized with this
+  // static, calibrated absmax instead of per block of inputs, after an unnormalised
+  // Hadamard transform over blocks of `input_hadamard` inputs when that is > 0 (the
+  // stored weights live in that basis). 0: activations are quantized per block.
+  float input_absmax = 0.0f;
+  int32_t input_hadamard = 0;
   // Quantized formats: kInt8/kInt4 fp16 (uint16_t bits), kFp8 float; layouts in
   // kernels/quantize.h.
   const void* scales = nullptr;

@@ -54,7 +54,7 @@ test('a WINT2 checkpoint starts with the 300B seed flags and answers', { timeout
     const server = await startServer(['--tensor-parallel-size', '1', '--quantization', 'wint4', '--kv-cache-ratio', '0.75',
                                       '--max-num-seqs', '128'], {}, { model: dir, maxModelLen: 32768 });
     try {
-      assert.match(server.output(), /FastDeploy wint2 checkpoint: routed experts past layer 1 are read as stored/);
+      assert.match(server.output(), /FastDeploy WINT2 checkpoint: routed experts past layer 1 are read as stored/);
       assert.match(server.output(), /--quantization wint4 is ignored/);
       const client = new OpenAI({ apiKey: 'unused', baseURL: `${server.baseURL}/v1` });
       const answer = await client.completions.create({ model: 'default', prompt: 'The', max_tokens: 8, temperature: 0 });
@@ -62,6 +62,44 @@ test('a WINT2 checkpoint starts with the 300B seed flags and answers', { timeout
     } finally {
       assert.equal(await server.stop(), 0);
     }
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+// FastDeploy's W4A8C8 tensor-parallel release format (docs/quantization.md), made by
+// tools/make_fastdeploy_w4a8c8.py from the shipped MoE model (inner size padded to 256,
+// exact) and pre-sharded into rank0/ and rank1/, started with the 300B guide's flags at
+// --tensor-parallel-size 2: each rank keeps its own part of every expert. It answers what
+// one process that joins the parts answers.
+test('a W4A8C8 rank-directory release starts with the 300B seed flags at its TP size and at 1', { timeout: 240000 }, async () => {
+  const root = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'w4a8c8-'));
+  try {
+    const made = spawnSync(process.env.ERNIE_PYTHON3 ?? 'python3',
+                           [path.join(root, 'tools', 'make_fastdeploy_w4a8c8.py'), path.join(root, 'models', 'ernie-4.5-kjv-moe'),
+                            dir, '--tp', '2', '--pad-intermediate', '256', '--dense-quant-type', 'wint8'],
+                           { encoding: 'utf8' });
+    assert.equal(made.status, 0, made.stderr);
+    assert.ok(fs.existsSync(path.join(dir, 'rank1', 'model.safetensors')));
+    const seedFlags = ['--quantization', 'wint4', '--kv-cache-ratio', '0.75', '--max-num-seqs', '128'];
+    const texts = [];
+    for (const tp of ['1', '2']) {
+      const server = await startServer(['--tensor-parallel-size', tp, ...seedFlags], {}, { model: dir, maxModelLen: null });
+      try {
+        for (let i = 0; i < 600 && !/serving \S+ on http/.test(server.output()); ++i) await new Promise((r) => setTimeout(r, 100));
+        assert.match(server.output(), /FastDeploy W4A8 checkpoint: routed experts read as stored .*KV cache int8 with the checkpoint's static scales/);
+        assert.match(server.output(), /quantization: dense layers wint8, experts W4A8 as stored/);
+        assert.match(server.output(), /--quantization wint4 is ignored/);
+        const client = new OpenAI({ apiKey: 'unused', baseURL: `${server.baseURL}/v1` });
+        const answer = await client.completions.create({ model: 'default', prompt: 'And God said', max_tokens: 16, temperature: 0 });
+        assert.equal(answer.usage.completion_tokens, 16);
+        texts.push(answer.choices[0].text);
+      } finally {
+        assert.equal(await server.stop(), 0, server.output());
+      }
+    }
+    assert.equal(texts[1], texts[0]);
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }

@@ -76,7 +76,25 @@ TEST(CheckpointTest, RefusesBrokenIndexes) {
 
   EXPECT_THAT(open_error(temp.file("nowhere")), HasSubstr("does not exist"));
   std::filesystem::create_directories(temp.file("empty"));
-  EXPECT_THAT(open_error(temp.file("empty")), HasSubstr("expected model.safetensors or model.safetensors.index.json"));
+  EXPECT_THAT(open_error(temp.file("empty")), HasSubstr("expected model.safetensors, model.safetensors.index.json or rank0/"));
+}
+
+// A pre-sharded release (rank0/ .. rankN-1/, FastDeploy's TP4 layout) is joined back
+// by the tensor-parallel split (tests/model/numpy_reference_test.cpp checks the join
+// against an independent numpy one); ranks that are not one model's parts are refused.
+TEST(CheckpointTest, RankDirectoriesThatAreNotOneModelsPartsAreRefused) {
+  TempDir temp;
+  namespace fs = std::filesystem;
+  const std::string root = temp.file("release");
+  const std::string rank0 =
+      testing::make_checkpoint(temp, "release/rank0", synthetic_preset("tiny-moe"), CheckpointLayout::kPaddle);
+  fs::copy_file(rank0 + "/config.json", root + "/config.json");
+  fs::copy(rank0, root + "/rank1");
+  // Two whole models: each rank's fused q|k|v has all heads, not its share.
+  EXPECT_THAT(open_error(root), HasSubstr("qkv_proj.weight\" has"));
+  EXPECT_THAT(open_error(root), HasSubstr("(this rank's query, key and value heads)"));
+  fs::remove(root + "/rank1/model.safetensors");
+  EXPECT_THAT(open_error(root), HasSubstr("no weights in " + root + "/rank1"));
 }
 
 }  // namespace

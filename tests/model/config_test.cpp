@@ -235,3 +235,53 @@ TEST(ModelConfigTest, BadJsonNamesTheFile) {
 
 }  // namespace
 }  // namespace ernie
+
+namespace ernie {
+namespace {
+
+// FastDeploy's offline-quantized releases announce themselves in quantization_config
+// (docs/quantization.md): read as such, or refused naming the key.
+TEST(ModelConfigTest, ReadsFastDeployReleaseQuantizationConfigs) {
+  nlohmann::json config = config_21b();
+  EXPECT_FALSE(parse_model_config(config.dump(), "c").release.has_value());
+  config["quantization_config"] = {{"quantization", "wint2"}, {"dense_quant_type", "wint8"},
+                                   {"moe_quant_config", {{"moe_w4_quant_config", {{"quant_end_layer", 6}}}}}};
+  const ModelConfig wint2 = parse_model_config(config.dump(), "c");
+  ASSERT_TRUE(wint2.release.has_value());
+  EXPECT_EQ(wint2.release->scheme, "wint2");
+  EXPECT_EQ(wint2.release->moe_w4_quant_end_layer, 6);
+
+  config["quantization_config"] = {{"quantization", "mix_quant"}, {"dense_quant_type", "wint8"},
+                                   {"moe_quant_type", "w4a8"}, {"kv_cache_quant_type", "int8"},
+                                   {"is_permuted", false}, {"is_quantized", true}, {"hadamard_block_size", 64}};
+  const ModelConfig w4a8 = parse_model_config(config.dump(), "c");
+  ASSERT_TRUE(w4a8.release.has_value());
+  EXPECT_EQ(w4a8.release->scheme, "w4a8");
+  EXPECT_EQ(w4a8.release->hadamard_block_size, 64);
+  EXPECT_TRUE(w4a8.release->static_kv_int8);
+  EXPECT_THAT(w4a8.release->quantization(), HasSubstr("\"kv_cache_quant_type\":\"int8\""));
+
+  // An online mix_quant (experts wint4) is not a release.
+  config["quantization_config"] = {{"quantization", "mix_quant"}, {"dense_quant_type", "wint8"}, {"moe_quant_type", "wint4"}};
+  EXPECT_FALSE(parse_model_config(config.dump(), "c").release.has_value());
+}
+
+TEST(ModelConfigTest, RefusesW4A8LayoutsAndFieldsItDoesNotRead) {
+  nlohmann::json config = config_21b();
+  const nlohmann::json base = {{"quantization", "mix_quant"}, {"moe_quant_type", "w4a8"}, {"is_permuted", false}};
+  const auto error_with = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json quantization = base;
+    quantization[key] = value;
+    config["quantization_config"] = quantization;
+    return error_of(config);
+  };
+  config["quantization_config"] = {{"quantization", "mix_quant"}, {"moe_quant_type", "w4a8"}};
+  EXPECT_THAT(error_of(config), HasSubstr("\"is_permuted\": false"));
+  EXPECT_THAT(error_with("is_permuted", true), HasSubstr("permuted layout"));
+  EXPECT_THAT(error_with("hadamard_block_size", 96), HasSubstr("hadamard_block_size must be a power of two"));
+  EXPECT_THAT(error_with("kv_cache_quant_type", "int4_zp"), HasSubstr("kv_cache_quant_type \"int4_zp\""));
+  EXPECT_THAT(error_with("dense_quant_type", "w8a8"), HasSubstr("dense_quant_type \"w8a8\""));
+}
+
+}  // namespace
+}  // namespace ernie

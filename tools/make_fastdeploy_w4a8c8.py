@@ -35,11 +35,9 @@ import sys
 
 import numpy as np
 
-from safetensors_io import read_safetensors, write_safetensors
+from paddle_checkpoint import float32_of, pad_moe_inner, paddle_config, read_checkpoint, to_paddle_layout
+from safetensors_io import write_safetensors
 
-# numpy dtypes that hold each safetensors dtype's bits unchanged: splitting and transposing
-# those arrays keeps float tensors bit-exact.
-RAW_TYPES = {"BF16": "<u2", "F16": "<f2", "F32": "<f4", "I8": "i1", "U8": "u1"}
 CALIBRATION_SEQUENCE = 128  # calibration ids are fed as sequences of at most this many tokens
 SCALE_FLOOR = 1e-6          # no static scale is zero: FastDeploy divides by it
 
@@ -55,59 +53,6 @@ def import_reference():
 
 
 # ---------------------------------------------------------------- reading and layout
-
-
-def read_checkpoint(model_dir):
-    """name -> (dtype, raw-bits array), from model.safetensors or a sharded index."""
-    index = os.path.join(model_dir, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        files = ["model.safetensors"]
-    tensors = {}
-    for file in files:
-        for name, (dtype, shape, raw) in read_safetensors(os.path.join(model_dir, file)).items():
-            if dtype not in RAW_TYPES:
-                raise SystemExit(f"{name}: unsupported dtype {dtype}")
-            tensors[name] = (dtype, np.frombuffer(raw, RAW_TYPES[dtype]).reshape(shape))
-    return tensors
-
-
-def float32_of(dtype, array):
-    if dtype == "BF16":
-        return (array.astype(np.uint32) << 16).view(np.float32)
-    return array.astype(np.float32)
-
-
-def to_paddle_layout(tensors):
-    """PT names and [out, in] Linears -> Paddle's ernie.* names, [in, out], fused q|k|v and
-    gate|up. A Paddle checkpoint is returned as it is."""
-    if any(name.startswith("ernie.") for name in tensors):
-        return tensors
-    if not any(name.startswith("model.") for name in tensors):
-        raise SystemExit("neither ernie.* (Paddle) nor model.* (PT) tensor names")
-    out = {}
-    for name, (dtype, array) in tensors.items():
-        new = "ernie." + name[len("model."):] if name.startswith("model.") else name
-        if name.endswith(".q_proj.weight"):
-            parts = [tensors[name.replace(".q_proj.", f".{p}_proj.")][1].T for p in "qkv"]
-            out[new.replace(".q_proj.", ".qkv_proj.")] = (dtype, np.concatenate(parts, axis=1))
-        elif name.endswith(".gate_proj.weight"):
-            parts = [tensors[name.replace(".gate_proj.", f".{p}_proj.")][1].T for p in ("gate", "up")]
-            out[new.replace(".gate_proj.", ".up_gate_proj.")] = (dtype, np.concatenate(parts, axis=1))
-        elif name.endswith((".k_proj.weight", ".v_proj.weight", ".up_proj.weight")):
-            continue  # fused above, with its q_proj / gate_proj
-        elif array.ndim == 2 and name.endswith(".weight") and not name.endswith("embed_tokens.weight"):
-            out[new] = (dtype, np.ascontiguousarray(array.T))  # every other Linear, router included
-        else:
-            out[new] = (dtype, array)  # embedding, norms, e_score_correction_bias [1, E]
-    return out
-
-
-def paddle_config(config):
-    """The source config as Paddle writes it: "dtype" instead of "torch_dtype"."""
-    return {("dtype" if key == "torch_dtype" else key): value for key, value in config.items()}
 
 
 # ---------------------------------------------------------------- tensor parallelism
@@ -196,29 +141,9 @@ def quantize_int4(weight):
     return packed.astype(np.uint8).view(np.int8), scale
 
 
-def pad_shared_experts(tensors, config, inner):
-    """The shared experts' width is moe_intermediate_size x moe_num_shared_experts: padding
-    the one pads the other, with zero gate/up columns and zero down rows (exact; any
-    dtype's zero bits are 0)."""
-    shared = config.get("moe_num_shared_experts", 0)
-    for name in list(tensors):
-        if name.endswith(".mlp.shared_experts.up_gate_proj.weight"):
-            dtype, array = tensors[name]
-            gate, up = np.split(array, 2, axis=1)
-            pad = inner * shared - gate.shape[1]
-            tensors[name] = (dtype, np.concatenate([np.pad(gate, ((0, 0), (0, pad))), np.pad(up, ((0, 0), (0, pad)))], axis=1))
-            down = name.replace(".up_gate_proj.", ".down_proj.")
-            tensors[down] = (tensors[down][0], np.pad(tensors[down][1], ((0, pad), (0, 0))))
-
-
 def expert_slices(gate_up, down, inner, rank, ranks):
-    """The float [H, 2I_r] gate|up and [I_r, H] down of one rank, after zero-padding the inner
-    size to `inner` (exact: silu(0) * 0 = 0, and zero down rows add nothing)."""
+    """The float [H, 2I_r] gate|up and [I_r, H] down of one rank."""
     gate, up = np.split(gate_up, 2, axis=1)
-    pad = inner - gate.shape[1]
-    gate = np.pad(gate, ((0, 0), (0, pad)))
-    up = np.pad(up, ((0, 0), (0, pad)))
-    down = np.pad(down, ((0, pad), (0, 0)))
     size = inner // ranks
     cols = slice(rank * size, (rank + 1) * size)
     return np.concatenate([gate[:, cols], up[:, cols]], axis=1), down[cols]
@@ -397,7 +322,7 @@ def main():
     block = options.hadamard_block_size
     inner = check_shapes(options, config, tensors, block)
     if options.pad_intermediate is not None:
-        pad_shared_experts(tensors, config, inner)
+        pad_moe_inner(tensors, config, inner)
     sharding = Sharding(config, options.tp)
 
     ref = import_reference()

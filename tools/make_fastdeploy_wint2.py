@@ -4,6 +4,11 @@ ERNIE 4.5 MoE checkpoint, so ernie.cpp's loader is tested on the real layout
 (docs/quantization.md describes it, with FastDeploy's sources).
 
     python3 tools/make_fastdeploy_wint2.py SRC_DIR OUT_DIR [--w4-end-layer 6] [--dense-quant-type wint8]
+                                           [--pad-intermediate N]
+
+SRC_DIR may be in Paddle or PT layout (converted; paddle_checkpoint.py); OUT_DIR is Paddle's.
+--pad-intermediate zero-pads the experts' inner size to N (exact), for models whose
+moe_intermediate_size is not a multiple of 128 (the shipped MoE's 192).
 
 Routed experts of MoE layers past --w4-end-layer become
   ernie.layers.L.mlp.experts.E.{up_gate_proj,down_proj}.{quant_weight, weight_scale,
@@ -22,11 +27,11 @@ import argparse
 import json
 import os
 import shutil
-import struct
 
 import numpy as np
 
-from safetensors_io import read_safetensors, to_f32, write_safetensors
+from paddle_checkpoint import float32_of, pad_moe_inner, paddle_config, read_checkpoint, to_paddle_layout
+from safetensors_io import write_safetensors
 
 
 def bf16_round(values):
@@ -107,26 +112,29 @@ def main():
     parser.add_argument("out")
     parser.add_argument("--w4-end-layer", type=int, default=6)
     parser.add_argument("--dense-quant-type", default="wint8", help="wint8 as in the release; bf16 for tests")
+    parser.add_argument("--pad-intermediate", type=int, help="zero-pad the experts' inner size to N")
     options = parser.parse_args()
     with open(os.path.join(options.src, "config.json")) as f:
-        config = json.load(f)
+        config = paddle_config(json.load(f))
     if not config.get("moe_num_experts"):
         raise SystemExit("WINT2 quantizes routed experts; this model has none")
-    if os.path.exists(os.path.join(options.src, "model.safetensors.index.json")):
-        raise SystemExit("a single-file checkpoint is expected")
-    tensors = read_safetensors(os.path.join(options.src, "model.safetensors"))
-    if not any(name.startswith("ernie.") for name in tensors):
-        raise SystemExit("a Paddle-layout checkpoint (ernie.* names, [in, out] Linears) is expected")
+    tensors = to_paddle_layout(read_checkpoint(options.src))
+    if config.get("tie_word_embeddings", True):
+        tensors.pop("lm_head.weight", None)  # tied: the head is the embedding
+    if options.pad_intermediate is not None:
+        if options.pad_intermediate <= config["moe_intermediate_size"]:
+            raise SystemExit(f"--pad-intermediate {options.pad_intermediate} must exceed {config['moe_intermediate_size']}")
+        pad_moe_inner(tensors, config, options.pad_intermediate)
     wint2_layers = [layer for layer in moe_layers(config) if layer > options.w4_end_layer]
     out = {}
-    for name, tensor in tensors.items():
+    for name, (dtype, array) in tensors.items():
         stem = name[: -len(".weight")] if name.endswith(".weight") else None
         layer = int(name.split(".")[2]) if name.startswith("ernie.layers.") else -1
         is_expert = stem is not None and ".mlp.experts." in name and (".up_gate_proj" in stem or ".down_proj" in stem)
         if not (is_expert and layer in wint2_layers):
-            out[name] = tensor
+            out[name] = (dtype, list(array.shape), np.ascontiguousarray(array).tobytes())
             continue
-        quant_weight, weight_scale, super_scale, code_scale, code_zp = encode_wint2(to_f32(*tensor).astype(np.float32))
+        quant_weight, weight_scale, super_scale, code_scale, code_zp = encode_wint2(float32_of(dtype, array))
         k4, n = quant_weight.shape
         out[stem + ".quant_weight"] = ("U8", [k4, n], quant_weight.tobytes())
         out[stem + ".weight_scale"] = ("U8", list(weight_scale.shape), weight_scale.tobytes())
@@ -146,8 +154,9 @@ def main():
     with open(os.path.join(options.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     for name in os.listdir(options.src):
-        if name not in ("config.json", "model.safetensors"):
-            shutil.copy(os.path.join(options.src, name), os.path.join(options.out, name))
+        path = os.path.join(options.src, name)
+        if os.path.isfile(path) and name != "config.json" and not name.endswith((".safetensors", ".index.json")):
+            shutil.copy(path, os.path.join(options.out, name))
     print(f"{options.out}: WINT2 experts in layers {wint2_layers}")
 
 

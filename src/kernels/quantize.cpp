@@ -309,18 +309,24 @@ WeightMatrix make_w4a8_weight(const uint8_t* packed, const float* weight_scale, 
   // w_int4. The activation blocks carry a power of two (w4a8_activation_block_scale), so
   // the weight blocks carry the rest exactly.
   const float s = 1.0f / activation_scale, activation_block = 1.0f / w4a8_activation_block_scale(activation_scale);
-  std::vector<uint8_t> codes(static_cast<size_t>(in));
-  for (int64_t r = 0; r < count; ++r) {
-    const int64_t column = first + r;
-    const float output_scale = bf16_to_f32(f32_to_bf16(weight_scale[column] / (127.0f * 112.0f) / s));
-    const uint16_t stored = f32_to_f16(16.0f * output_scale * activation_block);
-    for (int64_t b = 0; b < blocks; ++b) scales[scale_index(r, b, blocks)] = stored;
-    for (int64_t k = 0; k < in; ++k) {
-      const uint8_t byte = packed[(k / 2) * total + column];
-      const uint8_t nibble = k % 2 == 0 ? (byte & 0xf) : (byte >> 4);
-      codes[static_cast<size_t>(k)] = static_cast<uint8_t>(nibble ^ 0x8);  // two's complement level + 8
+  // A panel's rows at a time: each packed input row then gives 16 adjacent bytes.
+  std::vector<uint8_t> codes(static_cast<size_t>(kQuantPanelRows * in));
+  for (int64_t r0 = 0; r0 < count; r0 += kQuantPanelRows) {
+    const int64_t rows = std::min(kQuantPanelRows, count - r0);
+    for (int64_t k2 = 0; k2 < in / 2; ++k2) {
+      const uint8_t* bytes = packed + k2 * total + first + r0;
+      for (int64_t r = 0; r < rows; ++r) {
+        // Two's complement levels, stored as level + 8.
+        codes[static_cast<size_t>(r * in + 2 * k2)] = static_cast<uint8_t>((bytes[r] & 0xf) ^ 0x8);
+        codes[static_cast<size_t>(r * in + 2 * k2 + 1)] = static_cast<uint8_t>((bytes[r] >> 4) ^ 0x8);
+      }
     }
-    pack_int4_row(owned, r, in, codes.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float output_scale = bf16_to_f32(f32_to_bf16(weight_scale[first + r0 + r] / (127.0f * 112.0f) / s));
+      const uint16_t stored = f32_to_f16(16.0f * output_scale * activation_block);
+      for (int64_t b = 0; b < blocks; ++b) scales[scale_index(r0 + r, b, blocks)] = stored;
+      pack_int4_row(owned, r0 + r, in, codes.data() + r * in);
+    }
   }
   WeightMatrix out;
   out.format = WeightFormat::kInt4;
@@ -513,6 +519,7 @@ void quantize_activation_token(const float* x, int64_t t, QuantizedActivations& 
                           out.scales.data() + t * blocks, out.sums.data() + t * blocks);
 }
 
+ERNIE_CLONE_FOR_ISAS
 void hadamard_transform_blocks(float* x, int64_t cols, int32_t block) {
   for (int64_t first = 0; first < cols; first += block) {
     float* v = x + first;
@@ -529,6 +536,61 @@ void hadamard_transform_blocks(float* x, int64_t cols, int32_t block) {
 
 float w4a8_activation_block_scale(float absmax) { return std::exp2(std::round(std::log2(absmax / 127.0f))); }
 
+namespace {
+
+// v = factor · x rounded half away from zero (C's round, which FastDeploy's kernel
+// calls) and clamped to ±127, with the block sums. trunc and a compare vectorise where
+// std::round is a libm call per value; v - trunc(v) is exact, so the result is round's.
+ERNIE_CLONE_FOR_ISAS
+void quantize_static_row_portable(const float* x, int64_t cols, int32_t group, float factor, int8_t* values,
+                                  int32_t* sums) {
+  for (int64_t b = 0; b < cols / group; ++b) {
+    int32_t sum = 0;
+    for (int64_t k = b * group; k < (b + 1) * group; ++k) {
+      const float v = factor * x[k], whole = std::trunc(v), part = v - whole;
+      const float rounded = whole + (part >= 0.5f ? 1.0f : 0.0f) - (part <= -0.5f ? 1.0f : 0.0f);
+      const auto code = static_cast<int32_t>(std::clamp(rounded, -127.0f, 127.0f));
+      values[k] = static_cast<int8_t>(code);
+      sum += code;
+    }
+    sums[b] = sum;
+  }
+}
+
+#if defined(__x86_64__)
+// The same with AVX-512, 16 values a step (GCC leaves the portable loop scalar).
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void quantize_static_row_avx512(
+    const float* x, int64_t cols, int32_t group, float factor, int8_t* values, int32_t* sums) {
+  const __m512 scale = _mm512_set1_ps(factor), half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+  const __m512 high = _mm512_set1_ps(127.0f), low = _mm512_set1_ps(-127.0f);
+  for (int64_t b = 0; b < cols / group; ++b) {
+    __m512i total = _mm512_setzero_si512();
+    for (int64_t k = b * group; k < (b + 1) * group; k += 16) {
+      const __m512 v = _mm512_mul_ps(scale, _mm512_loadu_ps(x + k));
+      const __m512 whole = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m512 part = _mm512_sub_ps(v, whole);
+      __m512 rounded = _mm512_mask_add_ps(whole, _mm512_cmp_ps_mask(part, half, _CMP_GE_OQ), whole, one);
+      rounded = _mm512_mask_sub_ps(rounded, _mm512_cmp_ps_mask(part, _mm512_sub_ps(_mm512_setzero_ps(), half), _CMP_LE_OQ),
+                                   rounded, one);
+      const __m512i q = _mm512_cvttps_epi32(_mm512_max_ps(_mm512_min_ps(rounded, high), low));
+      total = _mm512_add_epi32(total, q);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(values + k), _mm512_cvtepi32_epi8(q));
+    }
+    sums[b] = _mm512_reduce_add_epi32(total);
+  }
+}
+#endif
+
+void quantize_static_row(const float* x, int64_t cols, int32_t group, float factor, int8_t* values, int32_t* sums) {
+#if defined(__x86_64__)
+  static const bool avx512 = active_isa_level() == IsaLevel::kAvx512;
+  if (avx512 && group % 16 == 0) return quantize_static_row_avx512(x, cols, group, factor, values, sums);
+#endif
+  quantize_static_row_portable(x, cols, group, factor, values, sums);
+}
+
+}  // namespace
+
 void quantize_activation_token_static(const float* x, int64_t t, float absmax, int32_t hadamard,
                                       QuantizedActivations& out) {
   const int64_t cols = out.cols, blocks = cols / out.group;
@@ -540,19 +602,10 @@ void quantize_activation_token_static(const float* x, int64_t t, float absmax, i
     row = rotated.data();
   }
   // FastDeploy multiplies by the reciprocal it stored at load (1 / activation_scale), in
-  // float, and rounds half away from zero (C's round).
-  const float inverse = 1.0f / absmax, factor = 127.0f * inverse, scale = w4a8_activation_block_scale(absmax);
-  int8_t* values = out.values.data() + t * cols;
-  for (int64_t b = 0; b < blocks; ++b) {
-    int32_t sum = 0;
-    for (int64_t k = b * out.group; k < (b + 1) * out.group; ++k) {
-      const float code = std::clamp(std::round(factor * row[k]), -127.0f, 127.0f);
-      values[k] = static_cast<int8_t>(code);
-      sum += values[k];
-    }
-    out.scales[static_cast<size_t>(t * blocks + b)] = scale;
-    out.sums[static_cast<size_t>(t * blocks + b)] = sum;
-  }
+  // float: (127 · (1 / absmax)) · x.
+  const float factor = 127.0f * (1.0f / absmax);
+  quantize_static_row(row, cols, out.group, factor, out.values.data() + t * cols, out.sums.data() + t * blocks);
+  std::fill_n(out.scales.data() + t * blocks, blocks, w4a8_activation_block_scale(absmax));
 }
 
 void fake_quantize_fp8_activations(float* x, int64_t n, int64_t cols) {

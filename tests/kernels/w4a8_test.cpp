@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -122,6 +123,26 @@ TEST(W4a8Test, ProductEqualsTheReleaseArithmetic) {
       }
     }
   }
+}
+
+// C's round: halves go away from zero, and values just below a half stay down.
+TEST(W4a8Test, ActivationsRoundHalfAwayFromZero) {
+  const float absmax = 2.0f, factor = 127.0f * (1.0f / absmax);
+  std::vector<float> x;
+  for (int n = -130; n <= 130; ++n) {
+    const float tie = (static_cast<float>(n) + 0.5f) / factor;
+    for (const float v : {tie, std::nextafter(tie, 0.0f), std::nextafter(tie, 1e9f), std::nextafter(tie, -1e9f)})
+      x.push_back(v);
+  }
+  x.resize(x.size() / 32 * 32);
+  QuantizedActivations q;
+  prepare_activations(1, static_cast<int64_t>(x.size()), 32, q);
+  quantize_activation_token_static(x.data(), 0, absmax, 0, q);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float expected = std::clamp(std::round(factor * x[i]), -127.0f, 127.0f);
+    ASSERT_EQ(q.values[i], static_cast<int8_t>(expected)) << "x " << x[i] << " scaled " << factor * x[i];
+  }
+  EXPECT_EQ(q.scales[0], w4a8_activation_block_scale(absmax));
 }
 
 TEST(W4a8Test, RefusesAScaleThatIsNotPositive) {

@@ -154,13 +154,17 @@ void for_each_linear(Weights& weights, Visit visit) {
 // would stay resident; once the quantized copy replaces it they go back to the kernel
 // (the page cache keeps them, the process's RSS does not). Only whole pages inside the
 // view are released, so a neighbouring tensor sharing a boundary page keeps it.
+void release_mapped_range(const void* data, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t begin = (first + page - 1) / page * page;
+  const uintptr_t end = (first + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 void release_mapped_pages(const WeightMatrix& view) {
   if (view.storage != nullptr || view.data == nullptr) return;  // owned copies are freed with their storage
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto first = reinterpret_cast<uintptr_t>(view.data);
-  const uintptr_t begin = (first + page - 1) / page * page;
-  const uintptr_t end = (first + static_cast<uintptr_t>(view.rows) * view.row_bytes()) / page * page;
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  release_mapped_range(view.data, static_cast<size_t>(view.rows) * view.row_bytes());
 }
 
 int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool, bool report_progress) {

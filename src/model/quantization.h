@@ -57,6 +57,8 @@ int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, Thread
 // a copy replaces it (they were read making the copy and would stay in the process's RSS;
 // the page cache keeps them). Owned matrices are left alone.
 void release_mapped_pages(const WeightMatrix& view);
+// The same for any bytes of the checkpoint mapping (a tensor read into another layout).
+void release_mapped_range(const void* data, size_t bytes);
 
 // Every Linear weight of the text decoder and MTP head (not the embedding, the routers
 // or the vision tower), always in the same order: what quantization and its cache visit.

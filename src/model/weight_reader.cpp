@@ -5,6 +5,7 @@
 #include "kernels/quantize.h"
 #include "kernels/wint2.h"
 #include "model/prequantized.h"
+#include "model/quantization.h"
 #include "util/error.h"
 
 namespace ernie {
@@ -181,6 +182,9 @@ std::vector<WeightMatrix> WeightReader::wint2_linear(const std::string& base, co
                                       in, total, first, out));
     first += out;
   }
+  // Transposed into rows: the mapped bytes' pages would stay in the RSS.
+  release_mapped_range(quant_weight, static_cast<size_t>(in / 4 * total));
+  release_mapped_range(weight_scale, static_cast<size_t>(in / 128 * total));
   return parts;
 }
 
@@ -210,6 +214,7 @@ std::vector<WeightMatrix> WeightReader::w4a8_linear(const std::string& base, con
     parts.push_back(make_w4a8_weight(packed.data, weight_scale.data(), activation_scale, hadamard, in, total, first, out));
     first += out;
   }
+  release_mapped_range(packed.data, packed.info->size);  // repacked: its pages would stay in the RSS
   return parts;
 }
 

@@ -16,13 +16,12 @@ that inner size, the shared ones random bf16.
 import argparse
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-from paddle_checkpoint import read_checkpoint  # noqa: E402
+from paddle_checkpoint import finish_release, read_checkpoint  # noqa: E402
 from safetensors_io import write_safetensors  # noqa: E402
 
 RANDOM = np.random.default_rng(0)
@@ -98,12 +97,7 @@ def main():
             "kv_cache_quant_type": "int8", "is_permuted": False, "is_quantized": True, "hadamard_block_size": 128}
     os.makedirs(options.out, exist_ok=True)
     write_safetensors(os.path.join(options.out, "model.safetensors"), out)
-    with open(os.path.join(options.out, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    for name in os.listdir(options.src):
-        path = os.path.join(options.src, name)
-        if os.path.isfile(path) and name != "config.json" and not name.endswith((".safetensors", ".index.json")):
-            shutil.copy(path, os.path.join(options.out, name))
+    finish_release(options.src, options.out, config)
     print(f"{options.out}: {options.format} release layout, experts of inner size {inner} with random codes")
 
 

@@ -27,29 +27,18 @@ numpy reference's Weights and routing) on --calibration-tokens random token ids.
 """
 import argparse
 import functools
-import json
 import os
 import re
-import shutil
-import sys
 
 import numpy as np
 
-from paddle_checkpoint import float32_of, pad_moe_inner, paddle_config, read_checkpoint, to_paddle_layout
+from paddle_checkpoint import finish_release, float32_of, import_shared_reference, load_float_moe, pad_moe_inner
 from safetensors_io import write_safetensors
 
 CALIBRATION_SEQUENCE = 128  # calibration ids are fed as sequences of at most this many tokens
 SCALE_FLOOR = 1e-6          # no static scale is zero: FastDeploy divides by it
 
 
-def import_reference():
-    """The shared float numpy reference: <repo>/../shared/tools, or $ERNIE_SHARED_DIR/tools."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    shared = os.environ.get("ERNIE_SHARED_DIR", os.path.join(repo, "..", "shared"))
-    sys.path.insert(0, os.path.join(shared, "tools"))
-    sys.dont_write_bytecode = True  # leave the shared folder untouched
-    import ref_ernie_numpy
-    return ref_ernie_numpy
 
 
 # ---------------------------------------------------------------- reading and layout
@@ -312,20 +301,14 @@ def main():
     parser.add_argument("--calibration-tokens", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
     options = parser.parse_args()
-    with open(os.path.join(options.src, "config.json")) as f:
-        config = paddle_config(json.load(f))
-    if not config.get("moe_num_experts"):
-        raise SystemExit("W4A8 quantizes routed experts; this model has none")
-    tensors = to_paddle_layout(read_checkpoint(options.src))
-    if config.get("tie_word_embeddings", True):
-        tensors.pop("lm_head.weight", None)  # tied: the head is the embedding
+    config, tensors = load_float_moe(options.src, "W4A8")
     block = options.hadamard_block_size
     inner = check_shapes(options, config, tensors, block)
     if options.pad_intermediate is not None:
         pad_moe_inner(tensors, config, inner)
     sharding = Sharding(config, options.tp)
 
-    ref = import_reference()
+    ref = import_shared_reference()
     calibration = Calibration(ref, ref.Weights(options.src), config, inner, options.tp, block)
     ids = np.random.RandomState(options.seed).randint(3, config["vocab_size"], size=options.calibration_tokens)
     calibration.run(ids)
@@ -338,12 +321,7 @@ def main():
     config["quantization_config"] = {
         "quantization": "mix_quant", "dense_quant_type": options.dense_quant_type, "moe_quant_type": "w4a8",
         "kv_cache_quant_type": "int8", "is_permuted": False, "is_quantized": True, "hadamard_block_size": block}
-    with open(os.path.join(options.out, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    for name in os.listdir(options.src):
-        path = os.path.join(options.src, name)
-        if os.path.isfile(path) and name != "config.json" and not name.endswith((".safetensors", ".index.json")):
-            shutil.copy(path, os.path.join(options.out, name))
+    finish_release(options.src, options.out, config)
     print(f"{options.out}: W4A8 experts (inner {inner}, Hadamard block {block}), C8 KV scales, "
           f"{options.tp} rank(s); calibrated on {len(ids)} tokens, {calibration.unreached()} "
           f"expert(s) reached by none")

@@ -24,13 +24,11 @@ scale per 64-input group; the code map (code_scale, code_zp) is the best of a fe
 each byte is the code whose four decoded levels are nearest the target levels (least squares).
 """
 import argparse
-import json
 import os
-import shutil
 
 import numpy as np
 
-from paddle_checkpoint import float32_of, pad_moe_inner, paddle_config, read_checkpoint, to_paddle_layout
+from paddle_checkpoint import finish_release, float32_of, load_float_moe, pad_moe_inner
 from safetensors_io import write_safetensors
 
 
@@ -114,13 +112,7 @@ def main():
     parser.add_argument("--dense-quant-type", default="wint8", help="wint8 as in the release; bf16 for tests")
     parser.add_argument("--pad-intermediate", type=int, help="zero-pad the experts' inner size to N")
     options = parser.parse_args()
-    with open(os.path.join(options.src, "config.json")) as f:
-        config = paddle_config(json.load(f))
-    if not config.get("moe_num_experts"):
-        raise SystemExit("WINT2 quantizes routed experts; this model has none")
-    tensors = to_paddle_layout(read_checkpoint(options.src))
-    if config.get("tie_word_embeddings", True):
-        tensors.pop("lm_head.weight", None)  # tied: the head is the embedding
+    config, tensors = load_float_moe(options.src, "WINT2")
     if options.pad_intermediate is not None:
         if options.pad_intermediate <= config["moe_intermediate_size"]:
             raise SystemExit(f"--pad-intermediate {options.pad_intermediate} must exceed {config['moe_intermediate_size']}")
@@ -151,12 +143,7 @@ def main():
                                     "quant_end_layer": options.w4_end_layer},
             "moe_w2_quant_config": {"quant_type": "wint2", "quant_granularity": "pp_acc", "quant_group_size": 64,
                                     "quant_start_layer": options.w4_end_layer + 1, "quant_end_layer": last}}}
-    with open(os.path.join(options.out, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    for name in os.listdir(options.src):
-        path = os.path.join(options.src, name)
-        if os.path.isfile(path) and name != "config.json" and not name.endswith((".safetensors", ".index.json")):
-            shutil.copy(path, os.path.join(options.out, name))
+    finish_release(options.src, options.out, config)
     print(f"{options.out}: WINT2 experts in layers {wint2_layers}")
 
 

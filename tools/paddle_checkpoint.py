@@ -4,6 +4,8 @@ releases use, and the experts' inner size zero-padded when a format needs a mult
 128 (exact: silu(0) * 0 = 0, and zero down rows add nothing)."""
 import json
 import os
+import shutil
+import sys
 
 import numpy as np
 
@@ -87,3 +89,37 @@ def pad_moe_inner(tensors, config, inner):
         elif name.endswith(".mlp.shared_experts.up_gate_proj.weight"):
             pad_pair(name, inner * shared)
     config["moe_intermediate_size"] = inner
+
+
+def import_shared_reference():
+    """The shared float numpy reference (ref_ernie_numpy): <repo>/../shared/tools, or
+    $ERNIE_SHARED_DIR/tools."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shared = os.environ.get("ERNIE_SHARED_DIR", os.path.join(repo, "..", "shared"))
+    sys.path.insert(0, os.path.join(shared, "tools"))
+    sys.dont_write_bytecode = True  # leave the shared folder untouched
+    import ref_ernie_numpy
+    return ref_ernie_numpy
+
+
+def load_float_moe(src, what):
+    """(config, tensors) of a float MoE checkpoint in Paddle form, a tied head dropped.
+    `what` names the format for the message when the model has no routed experts."""
+    with open(os.path.join(src, "config.json")) as f:
+        config = paddle_config(json.load(f))
+    if not config.get("moe_num_experts"):
+        raise SystemExit(f"{what} quantizes routed experts; this model has none")
+    tensors = to_paddle_layout(read_checkpoint(src))
+    if config.get("tie_word_embeddings", True):
+        tensors.pop("lm_head.weight", None)  # tied: the head is the embedding
+    return config, tensors
+
+
+def finish_release(src, out, config):
+    """OUT/config.json, and SRC's tokenizer and generation files beside it."""
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    for name in os.listdir(src):
+        path = os.path.join(src, name)
+        if os.path.isfile(path) and name != "config.json" and not name.endswith((".safetensors", ".index.json")):
+            shutil.copy(path, os.path.join(out, name))

@@ -43,22 +43,12 @@ import sys
 
 import numpy as np
 
-from safetensors_io import read_safetensors
-
-RAW_TYPES = {"BF16": "<u2", "F16": "<f2", "F32": "<f4", "I8": "i1", "U8": "u1"}
+from paddle_checkpoint import import_shared_reference, read_checkpoint
 
 
-def import_reference():
-    """The shared float numpy reference: <repo>/../shared/tools, or $ERNIE_SHARED_DIR/tools."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    shared = os.environ.get("ERNIE_SHARED_DIR", os.path.join(repo, "..", "shared"))
-    sys.path.insert(0, os.path.join(shared, "tools"))
-    sys.dont_write_bytecode = True  # leave the shared folder untouched
-    import ref_ernie_numpy
-    return ref_ernie_numpy
 
 
-ref = import_reference()
+ref = import_shared_reference()
 
 
 # ---------------------------------------------------------------- number formats
@@ -110,29 +100,16 @@ def as_float(dtype, array):
 # ---------------------------------------------------------------- checkpoint and ranks
 
 
-def read_folder(folder):
-    """name -> (dtype, raw-bits array) of one checkpoint folder (single file or sharded)."""
-    index = os.path.join(folder, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        files = ["model.safetensors"]
-    tensors = {}
-    for file in files:
-        for name, (dtype, shape, raw) in read_safetensors(os.path.join(folder, file)).items():
-            tensors[name] = (dtype, np.frombuffer(raw, RAW_TYPES[dtype]).reshape(shape))
-    return tensors
 
 
 def read_ranks(model_dir):
     """[tensors of rank 0, 1, ...]: rank{r}/ folders, or the folder itself as one rank."""
     numbers = sorted(int(m.group(1)) for m in (re.fullmatch(r"rank(\d+)", n) for n in os.listdir(model_dir)) if m)
     if not numbers:
-        return [read_folder(model_dir)]
+        return [read_checkpoint(model_dir)]
     if numbers != list(range(len(numbers))):
         raise SystemExit(f"{model_dir}: rank folders {numbers} are not rank0 .. rank{len(numbers) - 1}")
-    return [read_folder(os.path.join(model_dir, f"rank{r}")) for r in numbers]
+    return [read_checkpoint(os.path.join(model_dir, f"rank{r}")) for r in numbers]
 
 
 EXPERT = re.compile(r"ernie\.layers\.\d+\.mlp\.experts\.\d+\.(up_gate_proj|down_proj)\."

@@ -23,6 +23,7 @@ packages=(
   python3-requests                           # a charset-sensitive streaming client in the e2e tests
   python3-jsonschema                         # the independent validator of structured output in the tests
   prometheus                                 # promtool parses /metrics in the e2e tests
+  chromium fonts-dejavu-core                 # the web page's browser tests (headless, puppeteer-core)
 )
 
 # `--training` adds what tools/train_small_ernie.py needs to retrain the shipped models

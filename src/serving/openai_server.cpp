@@ -5,6 +5,7 @@
 #include <mutex>
 #include <random>
 
+#include "serving/webui.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -671,7 +672,13 @@ HttpResponse OpenAiService::models_response() const {
                         {"owned_by", "ernie.cpp"},
                         {"root", config_.model_dir},
                         {"parent", nullptr},
-                        {"max_model_len", config_.engine.max_model_len}};
+                        {"max_model_len", config_.engine.max_model_len},
+                        // What a client (the chat page) may offer: images and videos, a
+                        // separate reasoning_content, tool calls.
+                        {"capabilities",
+                         {{"vision", vision_ != nullptr},
+                          {"reasoning", config_.reasoning_parser != ReasoningParser::kNone},
+                          {"tools", config_.tool_call_parser != ToolCallParser::kNone}}}};
   HttpResponse response;
   response.body = dump_json({{"object", "list"}, {"data", ordered_json::array({model})}});
   return response;
@@ -692,6 +699,14 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
   const bool control = path == "/v1/pause" || path == "/v1/resume" || path == "/v1/is_paused";
   const bool known = path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
                      path == "/health" || path == "/ping" || path == "/metrics" || control;
+  // The chat page: static files from memory, no key needed (it asks for one when the
+  // API answers 401).
+  if (get && config_.webui) {
+    if (std::optional<HttpResponse> page = webui_response(path)) {
+      responder->respond(std::move(*page));
+      return;
+    }
+  }
   if (request.method == "OPTIONS" && known) {
     responder->respond(cors_preflight(request));
     return;

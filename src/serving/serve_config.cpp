@@ -70,6 +70,7 @@ std::vector<FlagInfo> serve_flags() {
       flag("api-key", "KEY", "require Authorization: Bearer KEY (repeatable; also FD_API_KEY, comma-separated)"),
       flag("chat-template", "FILE|TEXT", "Jinja chat template replacing the model's"),
       flag("enable-logprob", "", "allow requests to ask for logprobs"),
+      flag("no-webui", "", "do not serve the built-in chat page at / (docs/webui.md)"),
       flag("max-logprobs", "N", "most top_logprobs / prompt_logprobs a request may ask for; -1: the vocabulary size", "20"),
       flag("reasoning-parser", "NAME", "ernie_x1 (alias ernie-x1) or ernie-45-vl"),
       flag("tool-call-parser", "NAME", "ernie_x1"),
@@ -296,6 +297,7 @@ std::optional<ServeConfig> parse_serve_args(int argc, char** argv, int first) {
   }
   if (args.has("chat-template")) config.chat_template = read_template_argument(args.get("chat-template"));
   config.enable_logprob = args.flag("enable-logprob");
+  config.webui = !args.flag("no-webui");
   const double max_waiting = args.get_double("max-waiting-time");
   if (!(max_waiting > 0 || max_waiting == -1))
     fail("--max-waiting-time must be a number of seconds above 0, or -1 for no limit, got ", args.get("max-waiting-time"));

@@ -27,6 +27,7 @@ struct ServeConfig {
   std::vector<std::string> api_keys;  // --api-key (repeatable) or FD_API_KEY (comma-separated)
   std::string chat_template;          // --chat-template: the template text (a file's content or the string)
   bool enable_logprob = false;        // --enable-logprob
+  bool webui = true;                  // the chat page at / (off with --no-webui)
   int max_logprobs = 20;
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // --reasoning-parser
   ToolCallParser tool_call_parser = ToolCallParser::kNone;    // --tool-call-parser

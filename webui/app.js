@@ -234,6 +234,8 @@ function renderMessages() {
 }
 
 function render() {
+  clearTimeout(pending);  // this render shows all of it
+  pending = null;
   renderConversations();
   renderMessages();
   const busy = Boolean(state.controller);
@@ -241,15 +243,14 @@ function render() {
   $('stop').hidden = !busy;
 }
 
-// Streaming re-renders at most once a frame.
-let pending = false;
+// Streaming re-renders at most every 30 ms (a timer, not requestAnimationFrame, which
+// stops in a background tab while the answer goes on arriving).
+let pending = null;
 function renderSoon() {
-  if (pending) return;
-  pending = true;
-  requestAnimationFrame(() => {
-    pending = false;
+  pending ??= setTimeout(() => {
+    pending = null;
     renderMessages();
-  });
+  }, 30);
 }
 
 // ---------------------------------------------------------------- chatting

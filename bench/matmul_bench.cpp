@@ -18,6 +18,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/memory_bandwidth.h"
 #include "kernels/quantize.h"
 #include "util/random.h"
 
@@ -35,39 +36,6 @@ namespace {
 ThreadPool& pool() {
   static ThreadPool instance(std::thread::hardware_concurrency());
   return instance;
-}
-
-// Sums `count` uint64 words; with AVX-512, 64-byte loads and a software prefetch 1 KiB
-// ahead (as the decode kernels do), so the figure is what a streaming kernel can get.
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) uint64_t sum_words_avx512(const uint64_t* p, size_t count) {
-  __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
-  for (size_t i = 0; i + 32 <= count; i += 32) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + 128), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + 136), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + 144), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + 152), _MM_HINT_T0);
-    a = _mm512_add_epi64(a, _mm512_loadu_si512(p + i));
-    b = _mm512_add_epi64(b, _mm512_loadu_si512(p + i + 8));
-    c = _mm512_add_epi64(c, _mm512_loadu_si512(p + i + 16));
-    d = _mm512_add_epi64(d, _mm512_loadu_si512(p + i + 24));
-  }
-  return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d))));
-}
-#endif
-
-uint64_t sum_words(const uint64_t* p, size_t count) {
-#if defined(__x86_64__)
-  if (cpu_features().avx512) return sum_words_avx512(p, count);
-#endif
-  uint64_t a = 0, b = 0, c = 0, d = 0;
-  for (size_t i = 0; i + 4 <= count; i += 4) {
-    a += p[i];
-    b += p[i + 1];
-    c += p[i + 2];
-    d += p[i + 3];
-  }
-  return a + b + c + d;
 }
 
 void BM_MemoryRead(benchmark::State& state) {

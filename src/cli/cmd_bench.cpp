@@ -10,6 +10,8 @@
 #include "cli/commands.h"
 #include "cli/engine_setup.h"
 #include "cli/model_loading.h"
+#include "kernels/matmul.h"
+#include "kernels/memory_bandwidth.h"
 #include "structured/constraint.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -85,6 +87,23 @@ double mean(const std::vector<double>& values) {
 
 // Speculative decoding's figures (warm-up included): the share of drafts accepted and
 // the tokens each verifying step emitted (1 without speculation).
+// The decode roofline (printed and in the JSON): the slower of the two bandwidth figures
+// over the weight bytes read per token. Reading the KV cache is left out: at llama-bench's
+// short contexts it is a few per cent of the weights.
+void report_roofline(double bandwidth_before, double bandwidth_after, double bytes_per_token, double tokens_per_s,
+                     nlohmann::ordered_json& result) {
+  const double bandwidth = std::min(bandwidth_before, bandwidth_after);
+  const double roofline = bandwidth * 1e9 / bytes_per_token;
+  result["read_bandwidth_gbs_before"] = bandwidth_before;
+  result["read_bandwidth_gbs_after"] = bandwidth_after;
+  result["weight_bytes_per_token"] = bytes_per_token;
+  result["roofline_tokens_per_s"] = roofline;
+  result["roofline_fraction"] = tokens_per_s / roofline;
+  std::printf("      %.1f MB of weights read per token; memory reads %.1f GB/s (%.1f before, %.1f after): "
+              "roofline %.1f tokens/s, tg at %.0f%% of it\n",
+              bytes_per_token / 1e6, bandwidth, bandwidth_before, bandwidth_after, roofline, 100.0 * tokens_per_s / roofline);
+}
+
 void report_speculation(const EngineStats& stats, nlohmann::ordered_json& result) {
   result["draft_tokens"] = stats.spec_draft_tokens;
   result["draft_acceptance"] = stats.spec_acceptance();
@@ -228,13 +247,19 @@ int bench_command(int argc, char** argv) {
     Stopwatch measured;  // the tests below, for the communication share
     const uint64_t bytes_before = engine.communicator ? engine.communicator->bytes_communicated() : 0;
     const double seconds_before = engine.communicator ? engine.communicator->seconds_communicating() : 0;
-    std::vector<double> pp_rates, tg_rates, guided_rates;
+    std::vector<double> pp_rates, tg_rates, guided_rates, tg_weight_bytes;
     int64_t guided_tokens = 0;
+    // The roofline: the machine's read bandwidth, measured right before and after the
+    // tests, over the weight bytes the matmuls read per decoded token.
+    const double bandwidth_before = tg > 0 ? measure_read_bandwidth(*engine.pool) : 0.0;
     // Decode rate of one sequence: the tokens after the first (which the prompt step
     // makes) over the time they took; a constrained one may end early, at the schema's end.
     const auto decode_rate = [&](const std::string& id, const std::shared_ptr<const structured::CompiledConstraint>& c) {
       Stopwatch clock;
+      const uint64_t streamed = weight_bytes_streamed();
       const auto timing = run_requests(*engine.client, {random_prompt(random, 1, vocab)}, tg + 1, clock, id, c);
+      // Every step of a one-token prompt reads the weights once, the prompt step too.
+      if (!c) tg_weight_bytes.push_back(static_cast<double>(weight_bytes_streamed() - streamed) / timing[0].output_tokens);
       if (c) guided_tokens += timing[0].output_tokens - 1;
       return static_cast<double>(timing[0].output_tokens - 1) / (timing[0].finished - timing[0].first_token);
     };
@@ -262,6 +287,7 @@ int bench_command(int argc, char** argv) {
       result["tg"] = tg;
       result["tg_tokens_per_s"] = mean(tg_rates);
       std::printf("tg%lld  %8.1f tokens/s\n", static_cast<long long>(tg), mean(tg_rates));
+      report_roofline(bandwidth_before, measure_read_bandwidth(*engine.pool), mean(tg_weight_bytes), mean(tg_rates), result);
     }
     if (!guided_rates.empty()) {
       result["tg_guided_tokens_per_s"] = mean(guided_rates);

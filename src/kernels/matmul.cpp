@@ -536,6 +536,9 @@ void matmul_bf16(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix
 bool is_integer(const WeightMatrix& w) { return w.format == WeightFormat::kInt8 || w.format == WeightFormat::kInt4; }
 
 std::atomic<bool> bf16_products{false};
+std::atomic<uint64_t> streamed_weight_bytes{0};
+
+void count_streamed(const WeightMatrix& w) { streamed_weight_bytes.fetch_add(weight_bytes(w), std::memory_order_relaxed); }
 
 }  // namespace
 
@@ -576,9 +579,12 @@ const float* MatmulInput::fp8_rounded() {
   return fp8_.data();
 }
 
+uint64_t weight_bytes_streamed() { return streamed_weight_bytes.load(std::memory_order_relaxed); }
+
 void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* y) {
   if (input.cols() != w.cols) fail("matmul: input width ", input.cols(), " does not match the weight's ", w.cols);
   if (input.n() == 0) return;
+  count_streamed(w);
   if (is_integer(w)) {
     matmul_integer(pool, input.int8_for(pool, w), w, y);
   } else if (w.format == WeightFormat::kFp8) {
@@ -603,6 +609,7 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
         return is_integer(*w) && w->group == first.group && w->input_absmax == first.input_absmax &&
                w->input_hadamard == first.input_hadamard;
       })) {
+    for (const WeightMatrix* w : weights) count_streamed(*w);
     matmul_integer_group(pool, input.int8_for(pool, first), weights, outputs);
   } else {
     for (size_t i = 0; i < weights.size(); ++i) matmul(pool, input, *weights[i], outputs[i]);
@@ -611,6 +618,7 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
 
 void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
   if (w.dense()) {
+    if (n > 0) count_streamed(w);
     matmul_float(pool, x, n, w, y);
     return;
   }

@@ -66,6 +66,11 @@ void reserve_matmul_scratch(int64_t max_cols);
 void set_bf16_products(bool enabled);
 bool bf16_products_enabled();
 
+// Bytes of weights the matmuls above have read since the process started: each call adds
+// its weights' weight_bytes once (kernels/quantize.h). Decode reads each weight once per
+// token, so the growth over a decode run is the bytes per token of `ernie bench`'s roofline.
+uint64_t weight_bytes_streamed();
+
 // Wraps an fp32 buffer [rows, cols] (e.g. the router) as a WeightMatrix view.
 WeightMatrix f32_matrix_view(const float* data, int64_t rows, int64_t cols);
 

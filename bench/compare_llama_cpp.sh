@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# ernie.cpp against llama.cpp on the same machine, in one run, alternating the two so
-# both see the same machine state: pp512 and tg128 per weight format, plus the memory
-# bandwidth the decode roofline is computed from.
+# ernie.cpp against llama.cpp and ik_llama.cpp (the llama.cpp fork built for CPU speed) on
+# the same machine, in one run, alternating the engines so all see the same machine state:
+# pp512 and tg128 per weight format, and ernie's decode roofline (the read bandwidth
+# measured right before and after its tests over the weight bytes it reads per token;
+# `ernie bench` reports it).
 #
 # Usage: bench/compare_llama_cpp.sh ERNIE_MODEL_DIR LLAMA_BENCH GGUF_DIR [ROUNDS]
 #   ERNIE_MODEL_DIR  checkpoint made by `ernie synth --preset 0.3b`
-#   LLAMA_BENCH      path to a llama.cpp llama-bench binary (built by you, not shipped)
+#   LLAMA_BENCH      path to a llama.cpp llama-bench binary (built by you, not shipped), or - for none
 #   GGUF_DIR         holds bf16.gguf, q8_0.gguf and q4_0.gguf of the same weights
+#   IK_LLAMA_BENCH   (environment) path to ik_llama.cpp's llama-bench: run with run-time
+#                    repacking (-rtr 1), as its users do
 # Output: one line per measurement, then medians per format as a Markdown table.
 #
 # With LLAMA_PERPLEXITY (a llama-perplexity binary) and KJV_GGUF_DIR (f32.gguf, q8_0.gguf
@@ -16,47 +20,59 @@
 # from each engine's own unquantized model.
 set -euo pipefail
 model=$1 llama_bench=$2 gguf_dir=$3 rounds=${4:-2}
+ik_bench=${IK_LLAMA_BENCH:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 ernie=$root/build/src/ernie
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
+formats=("none bf16" "wint8 q8_0" "wint4 q4_0")
 
-bandwidth() {
-  "$root/build/bench/matmul_bench" --benchmark_filter=MemoryRead --benchmark_min_time=0.5 2>/dev/null |
-    awk '/BM_MemoryRead/ { for (i = 1; i <= NF; ++i) if ($i ~ /^GB\/s=/) { sub("GB/s=", "", $i); sub("G/s", "", $i); print $i } }'
+# llama-bench's pp512 and tg128 (tokens/s) from its CSV: "NAME PP TG".
+peer() {
+  local name=$1 bench=$2 gguf=$3
+  shift 3
+  local out pp tg
+  out=$("$bench" -m "$gguf" -p 512 -n 128 -t 2 -r 1 -o csv "$@" 2>/dev/null)
+  pp=$(awk -F, 'NR > 1 && /"512","0"/ { gsub(/"/, "", $0); print $0 }' <<<"$out" | awk -F, '{ print $(NF-1) }')
+  tg=$(awk -F, 'NR > 1 && /"0","128"/ { gsub(/"/, "", $0); print $0 }' <<<"$out" | awk -F, '{ print $(NF-1) }')
+  echo "$name $pp $tg"
 }
 
+field() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p"; }
+
 for round in $(seq "$rounds"); do
-  echo "bandwidth $(bandwidth)" | tee -a "$results"
-  for pair in "none bf16" "wint8 q8_0" "wint4 q4_0"; do
+  for pair in "${formats[@]}"; do
     set -- $pair
     quant=$1 gguf=$gguf_dir/$2.gguf
     flag=()
     [[ $quant != none ]] && flag=(--quantization "$quant")
     json=$("$ernie" bench --model "$model" --pp 512 --tg 128 "${flag[@]}" --json 2>/dev/null | tail -1)
-    pp=$(sed 's/.*"pp_tokens_per_s":\([0-9.]*\).*/\1/' <<<"$json")
-    tg=$(sed 's/.*"tg_tokens_per_s":\([0-9.]*\).*/\1/' <<<"$json")
-    echo "ernie $quant $pp $tg" | tee -a "$results"
-    out=$("$llama_bench" -m "$gguf" -p 512 -n 128 -t 2 -r 1 -o csv 2>/dev/null)
-    lpp=$(awk -F, 'NR > 1 && /"512","0"/ { gsub(/"/, "", $0); print $0 }' <<<"$out" | awk -F, '{ print $(NF-1) }')
-    ltg=$(awk -F, 'NR > 1 && /"0","128"/ { gsub(/"/, "", $0); print $0 }' <<<"$out" | awk -F, '{ print $(NF-1) }')
-    echo "llama $2 $lpp $ltg" | tee -a "$results"
+    echo "ernie $quant $(field pp_tokens_per_s <<<"$json") $(field tg_tokens_per_s <<<"$json") " \
+         "$(field roofline_tokens_per_s <<<"$json") $(field weight_bytes_per_token <<<"$json")" | tee -a "$results"
+    [[ $llama_bench != - ]] && peer "llama $2" "$llama_bench" "$gguf" | tee -a "$results"
+    [[ -n $ik_bench ]] && peer "ik $2" "$ik_bench" "$gguf" -rtr 1 | tee -a "$results"
   done
 done
 
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+column() { awk -v e="$1" -v q="$2" -v c="$3" '$1 == e && $2 == q { print $c }' "$results" | median; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0 && b != "nan") printf "%.2f×", a / b; else print "-" }'; }
+# A value with D decimals, or - for an engine that was not run.
+num() { awk -v d="$1" -v v="$2" 'BEGIN { if (v == "nan" || v == "") print "-"; else printf "%.*f", d, v }'; }
+
 echo
-echo "| format (ours / llama.cpp) | ernie pp512 | llama pp512 | ernie tg128 | llama tg128 |"
-echo "|---|---|---|---|---|"
-for pair in "none bf16" "wint8 q8_0" "wint4 q4_0"; do
+echo "| format (ours / GGUF) | ernie pp512 | llama.cpp | ik_llama.cpp | ernie / ik | ernie tg128 | llama.cpp | ik_llama.cpp | ernie / ik | ernie roofline (bytes/token) | ernie / roofline |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for pair in "${formats[@]}"; do
   set -- $pair
-  median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-  epp=$(awk -v q="$1" '$1 == "ernie" && $2 == q { print $3 }' "$results" | median)
-  etg=$(awk -v q="$1" '$1 == "ernie" && $2 == q { print $4 }' "$results" | median)
-  lpp=$(awk -v q="$2" '$1 == "llama" && $2 == q { print $3 }' "$results" | median)
-  ltg=$(awk -v q="$2" '$1 == "llama" && $2 == q { print $4 }' "$results" | median)
-  printf '| %s / %s | %.0f | %.0f | %.1f | %.1f |\n' "$1" "$2" "$epp" "$lpp" "$etg" "$ltg"
+  epp=$(column ernie "$1" 3) etg=$(column ernie "$1" 4) roof=$(column ernie "$1" 5) bytes=$(column ernie "$1" 6)
+  lpp=$(column llama "$2" 3) ltg=$(column llama "$2" 4) ipp=$(column ik "$2" 3) itg=$(column ik "$2" 4)
+  printf '| %s / %s | %s | %s | %s | %s | %s | %s | %s | %s | %s tok/s (%s MB) | %s%% |\n' \
+    "$1" "$2" "$(num 0 "$epp")" "$(num 0 "$lpp")" "$(num 0 "$ipp")" "$(ratio "$epp" "$ipp")" \
+    "$(num 1 "$etg")" "$(num 1 "$ltg")" "$(num 1 "$itg")" "$(ratio "$etg" "$itg")" \
+    "$(num 1 "$roof")" "$(num 0 "$(awk -v b="$bytes" 'BEGIN { print b / 1e6 }')")" \
+    "$(num 0 "$(awk -v a="$etg" -v b="$roof" 'BEGIN { print 100 * a / b }')")"
 done
-echo "memory read bandwidth (median GB/s): $(awk '$1 == "bandwidth" { print $2 }' "$results" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
 
 if [[ -n ${LLAMA_PERPLEXITY:-} && -n ${KJV_GGUF_DIR:-} ]]; then
   text=$root/tests/data/kjv-heldout.txt

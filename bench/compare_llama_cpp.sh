@@ -33,8 +33,12 @@ peer() {
   shift 3
   local out pp tg
   out=$("$bench" -m "$gguf" -p 512 -n 128 -t 2 -r 1 -o csv "$@" 2>/dev/null)
-  pp=$(awk -F, 'NR > 1 && /"512","0"/ { gsub(/"/, "", $0); print $0 }' <<<"$out" | awk -F, '{ print $(NF-1) }')
-  tg=$(awk -F, 'NR > 1 && /"0","128"/ { gsub(/"/, "", $0); print $0 }' <<<"$out" | awk -F, '{ print $(NF-1) }')
+  # The columns differ between the forks, and quoted values hold commas: read it as CSV.
+  read -r pp tg < <(python3 -c '
+import csv, sys
+rows = list(csv.DictReader(sys.stdin))
+pick = lambda p, g: next((r["avg_ts"] for r in rows if r["n_prompt"] == p and r["n_gen"] == g), "nan")
+print(pick("512", "0"), pick("0", "128"))' <<<"$out")
   echo "$name $pp $tg"
 }
 

@@ -11,6 +11,8 @@
 #   GGUF_DIR         holds bf16.gguf, q8_0.gguf and q4_0.gguf of the same weights
 #   IK_LLAMA_BENCH   (environment) path to ik_llama.cpp's llama-bench: run with run-time
 #                    repacking (-rtr 1), as its users do
+#   FORMATS          (environment) "QUANT GGUF_NAME" pairs separated by ";", default
+#                    "none bf16;wint8 q8_0;wint4 q4_0" (e.g. "wint4 moe-q4_0" for the scaled MoE)
 # Output: one line per measurement, then medians per format as a Markdown table.
 #
 # With LLAMA_PERPLEXITY (a llama-perplexity binary) and KJV_GGUF_DIR (f32.gguf, q8_0.gguf
@@ -25,7 +27,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 ernie=$root/build/src/ernie
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
-formats=("none bf16" "wint8 q8_0" "wint4 q4_0")
+IFS=';' read -r -a formats <<<"${FORMATS:-none bf16;wint8 q8_0;wint4 q4_0}"
 
 # llama-bench's pp512 and tg128 (tokens/s) from its CSV: "NAME PP TG".
 peer() {

@@ -465,8 +465,9 @@ ERNIE_BF16_TARGET inline void bf16_tile_rows(const uint16_t* const* x, const uin
 }
 
 // Output rows [row_begin, row_end) for n tokens of bf16-rounded activations xb [n, k]:
-// 4 weight rows at a time against every token of a chunk (the rows stay in L1), 4
-// tokens per tile.
+// 4 weight rows at a time against every token of a chunk (the rows stay in L1), 6
+// tokens per tile: 24 accumulators, 10 loads per 24 products.
+constexpr int kTileTokens = 6;
 ERNIE_BF16_TARGET void matmul_rows_bf16(const uint16_t* xb, int64_t n, const WeightMatrix& w, int64_t row_begin,
                                         int64_t row_end, float* y) {
   const int64_t k = w.cols;
@@ -478,15 +479,17 @@ ERNIE_BF16_TARGET void matmul_rows_bf16(const uint16_t* xb, int64_t n, const Wei
       const int rows = static_cast<int>(std::min<int64_t>(4, row_end - r));
       const uint16_t* ws[4];
       for (int j = 0; j < rows; ++j) ws[j] = weights + (r + j) * k;
-      for (int64_t t = t0; t < t1; t += 4) {
-        const int count = static_cast<int>(std::min<int64_t>(4, t1 - t));
-        const uint16_t* xs[4];
-        float* ys[4];
+      for (int64_t t = t0; t < t1; t += kTileTokens) {
+        const int count = static_cast<int>(std::min<int64_t>(kTileTokens, t1 - t));
+        const uint16_t* xs[kTileTokens];
+        float* ys[kTileTokens];
         for (int j = 0; j < count; ++j) {
           xs[j] = xb + (t + j) * k;
           ys[j] = y + (t + j) * w.rows;
         }
         switch (count) {
+          case 6: bf16_tile_rows<6>(xs, ws, rows, k, ys, r, streaming); break;
+          case 5: bf16_tile_rows<5>(xs, ws, rows, k, ys, r, streaming); break;
           case 4: bf16_tile_rows<4>(xs, ws, rows, k, ys, r, streaming); break;
           case 3: bf16_tile_rows<3>(xs, ws, rows, k, ys, r, streaming); break;
           case 2: bf16_tile_rows<2>(xs, ws, rows, k, ys, r, streaming); break;

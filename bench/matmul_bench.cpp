@@ -20,15 +20,8 @@
 #include "kernels/matmul.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/quantize.h"
+#include "kernels/x86_intrinsics.h"
 #include "util/random.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-// GCC 12's AVX-512 reduction helpers start from deliberately undefined vectors and
-// then warn about them.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 namespace ernie {
 namespace {

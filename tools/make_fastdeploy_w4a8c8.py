@@ -281,8 +281,6 @@ def check_shapes(options, config, tensors, block):
     if sample.shape[1] != 2 * inner:
         raise SystemExit(f"expert up_gate_proj is {sample.shape}, moe_intermediate_size {inner}")
     if options.pad_intermediate is not None:
-        if options.pad_intermediate <= inner:
-            raise SystemExit(f"--pad-intermediate {options.pad_intermediate} must exceed {inner}")
         inner = options.pad_intermediate
     if inner % (options.tp * block):
         raise SystemExit(f"inner size {inner} / --tp {options.tp} is not a multiple of the Hadamard block "
@@ -317,7 +315,6 @@ def main():
         folder = options.out if options.tp == 1 else os.path.join(options.out, f"rank{rank}")
         write_rank(os.path.join(folder, "model.safetensors"),
                    rank_tensors(tensors, sharding, calibration, rank, inner, block))
-    config["moe_intermediate_size"] = inner
     config["quantization_config"] = {
         "quantization": "mix_quant", "dense_quant_type": options.dense_quant_type, "moe_quant_type": "w4a8",
         "kv_cache_quant_type": "int8", "is_permuted": False, "is_quantized": True, "hadamard_block_size": block}

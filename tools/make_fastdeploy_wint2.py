@@ -114,8 +114,6 @@ def main():
     options = parser.parse_args()
     config, tensors = load_float_moe(options.src, "WINT2")
     if options.pad_intermediate is not None:
-        if options.pad_intermediate <= config["moe_intermediate_size"]:
-            raise SystemExit(f"--pad-intermediate {options.pad_intermediate} must exceed {config['moe_intermediate_size']}")
         pad_moe_inner(tensors, config, options.pad_intermediate)
     wint2_layers = [layer for layer in moe_layers(config) if layer > options.w4_end_layer]
     out = {}

@@ -72,7 +72,10 @@ def paddle_config(config):
 def pad_moe_inner(tensors, config, inner):
     """Zero-pads every routed expert's inner size to `inner`, and the shared experts' (whose
     width is moe_intermediate_size x moe_num_shared_experts) alike; sets the config's
-    moe_intermediate_size. Any dtype's zero bits are 0."""
+    moe_intermediate_size (--pad-intermediate; it must grow). Any dtype's zero bits are 0."""
+    if inner <= config["moe_intermediate_size"]:
+        raise SystemExit(f"--pad-intermediate {inner} must exceed {config['moe_intermediate_size']}")
+
     def pad_pair(name, width):
         dtype, array = tensors[name]
         gate, up = np.split(array, 2, axis=1)

@@ -85,8 +85,6 @@ double mean(const std::vector<double>& values) {
   return values.empty() ? 0 : total / static_cast<double>(values.size());
 }
 
-// Speculative decoding's figures (warm-up included): the share of drafts accepted and
-// the tokens each verifying step emitted (1 without speculation).
 // The decode roofline (printed and in the JSON): the slower of the two bandwidth figures
 // over the weight bytes read per token. Reading the KV cache is left out: at llama-bench's
 // short contexts it is a few per cent of the weights.
@@ -104,6 +102,8 @@ void report_roofline(double bandwidth_before, double bandwidth_after, double byt
               bytes_per_token / 1e6, bandwidth, bandwidth_before, bandwidth_after, roofline, 100.0 * tokens_per_s / roofline);
 }
 
+// Speculative decoding's figures (warm-up included): the share of drafts accepted and
+// the tokens each verifying step emitted (1 without speculation).
 void report_speculation(const EngineStats& stats, nlohmann::ordered_json& result) {
   result["draft_tokens"] = stats.spec_draft_tokens;
   result["draft_acceptance"] = stats.spec_acceptance();

@@ -1,7 +1,5 @@
 #include "kernels/matmul.h"
 
-#include "kernels/wint2.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -9,15 +7,9 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/matmul_integer.h"
+#include "kernels/wint2.h"
+#include "kernels/x86_intrinsics.h"
 #include "util/error.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-// GCC 12's AVX-512 reduction helpers start from a deliberately undefined vector, which
-// its own flow analysis then reports; the values are never read.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 // The vector helpers below are always inlined into functions compiled for one ISA, so
 // the calling-convention note GCC gives for vector arguments never applies.
@@ -541,6 +533,12 @@ bool is_integer(const WeightMatrix& w) { return w.format == WeightFormat::kInt8 
 std::atomic<bool> bf16_products{false};
 std::atomic<uint64_t> streamed_weight_bytes{0};
 
+// Token t of x in the int8 form `w`'s kernel reads: per block, or with w's static scale.
+void quantize_token_for(const WeightMatrix& w, const float* x, int64_t t, QuantizedActivations& out) {
+  if (w.input_absmax > 0.0f) quantize_activation_token_static(x, t, w.input_absmax, w.input_hadamard, out);
+  else quantize_activation_token(x, t, out);
+}
+
 void count_streamed(const WeightMatrix& w) { streamed_weight_bytes.fetch_add(weight_bytes(w), std::memory_order_relaxed); }
 
 }  // namespace
@@ -560,12 +558,7 @@ const QuantizedActivations& MatmulInput::int8_for(ThreadPool& pool, const Weight
     return int8_;
   prepare_activations(n_, cols_, w.group, int8_);
   pool.parallel_for(static_cast<size_t>(n_), 0, [&](size_t begin, size_t end) {
-    for (size_t t = begin; t < end; ++t) {
-      if (w.input_absmax > 0.0f)
-        quantize_activation_token_static(x_, static_cast<int64_t>(t), w.input_absmax, w.input_hadamard, int8_);
-      else
-        quantize_activation_token(x_, static_cast<int64_t>(t), int8_);
-    }
+    for (size_t t = begin; t < end; ++t) quantize_token_for(w, x_, static_cast<int64_t>(t), int8_);
   });
   have_int8_ = true;
   int8_absmax_ = w.input_absmax;
@@ -639,10 +632,7 @@ void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y
   if (is_integer(w)) {
     QuantizedActivations quantized;
     prepare_activations(n, w.cols, w.group, quantized);
-    for (int64_t t = 0; t < n; ++t) {
-      if (w.input_absmax > 0.0f) quantize_activation_token_static(x, t, w.input_absmax, w.input_hadamard, quantized);
-      else quantize_activation_token(x, t, quantized);
-    }
+    for (int64_t t = 0; t < n; ++t) quantize_token_for(w, x, t, quantized);
     matmul_integer_reference(quantized, w, y);
     return;
   }

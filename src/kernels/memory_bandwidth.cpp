@@ -5,14 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu_features.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-// GCC 12's AVX-512 reduction helpers start from deliberately undefined vectors and then
-// warn about them.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "kernels/x86_intrinsics.h"
 
 namespace ernie {
 namespace {

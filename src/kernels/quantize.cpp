@@ -7,18 +7,10 @@
 #include <cstring>
 #include <memory>
 
-#include "kernels/wint2.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-// GCC 12's AVX-512 reduction helpers start from a deliberately undefined vector, which
-// its own flow analysis then reports; the values are never read.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 #include "kernels/cpu_features.h"
 #include "kernels/simd_dispatch.h"
+#include "kernels/wint2.h"
+#include "kernels/x86_intrinsics.h"
 #include "util/error.h"
 
 namespace ernie {
@@ -207,12 +199,21 @@ void pack_int4_row(const OwnedBytes& owned, int64_t r, int64_t cols, const uint8
       panel[q * 64 + lane * 4 + j] = static_cast<uint8_t>(codes[8 * q + j] | (codes[8 * q + 4 + j] << 4));
 }
 
+// The kInt4 arrays of a rows x cols matrix (rows padded to whole panels), every value
+// a stored zero and every fp16 scale still to be written.
+OwnedBytes allocate_int4(int64_t rows, int64_t cols) {
+  const int64_t prows = padded_rows(rows);
+  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols / 2),
+                              static_cast<size_t>(cols / kIntegerGroup * prows) * sizeof(uint16_t));
+  std::memset(owned.data, 0x88, static_cast<size_t>(prows * cols / 2));  // level 0 + 8 in both nibbles
+  return owned;
+}
+
 WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
   if (group != kIntegerGroup) fail("int4 blocks are ", kIntegerGroup, " inputs, not ", group);
-  const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
-  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols / 2), static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
+  const int64_t rows = dense.rows, cols = dense.cols, blocks = cols / group;
+  OwnedBytes owned = allocate_int4(rows, cols);
   auto* scales = reinterpret_cast<uint16_t*>(owned.scales);
-  std::memset(owned.data, 0x88, static_cast<size_t>(prows * cols / 2));  // stored zeros
   RowReader read(dense);
   std::vector<uint8_t> codes(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
@@ -300,10 +301,9 @@ WeightMatrix make_w4a8_weight(const uint8_t* packed, const float* weight_scale, 
   if (in % kIntegerGroup != 0) fail("a W4A8 Linear needs a multiple of ", kIntegerGroup, " inputs, got ", in);
   if (!(activation_scale > 0.0f) || !std::isfinite(activation_scale))
     fail("a W4A8 activation_scale must be a positive number, got ", activation_scale);
-  const int64_t prows = padded_rows(count), blocks = in / kIntegerGroup;
-  OwnedBytes owned = allocate(static_cast<size_t>(prows * in / 2), static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
+  const int64_t blocks = in / kIntegerGroup;
+  OwnedBytes owned = allocate_int4(count, in);
   auto* scales = reinterpret_cast<uint16_t*>(owned.scales);
-  std::memset(owned.data, 0x88, static_cast<size_t>(prows * in / 2));  // stored zeros
   // FastDeploy's load (fused_moe_cutlass_backend.py): s = 1 / activation_scale and the
   // output scale bf16(weight_scale / (127 · 112) / s) multiplies the sum of x_int8 · 16 ·
   // w_int4. The activation blocks carry a power of two (w4a8_activation_block_scale), so
@@ -328,15 +328,10 @@ WeightMatrix make_w4a8_weight(const uint8_t* packed, const float* weight_scale, 
       pack_int4_row(owned, r0 + r, in, codes.data() + r * in);
     }
   }
-  WeightMatrix out;
-  out.format = WeightFormat::kInt4;
-  out.dtype = DType::kBF16;
-  out.group = static_cast<int32_t>(kIntegerGroup);
-  out.rows = count;
-  out.cols = in;
-  out.data = owned.data;
-  out.scales = owned.scales;
-  out.storage = owned.bytes;
+  WeightMatrix shape;  // what quantized_matrix takes the shape from
+  shape.rows = count;
+  shape.cols = in;
+  WeightMatrix out = quantized_matrix(shape, WeightFormat::kInt4, static_cast<int32_t>(kIntegerGroup), owned);
   out.input_absmax = activation_scale;
   out.input_hadamard = hadamard;
   return out;

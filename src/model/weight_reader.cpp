@@ -24,6 +24,29 @@ void require_shape(const TensorView& tensor, const std::vector<int64_t>& expecte
          shape_to_string(expected));
 }
 
+// A tensor of raw bytes of exactly `shape` (FastDeploy's packed weights and WINT2 group
+// scales), which the releases may type U8 or I8.
+const uint8_t* take_bytes(Checkpoint& checkpoint, const std::string& name, const std::vector<int64_t>& shape) {
+  const TensorView tensor = checkpoint.take(name, shape);
+  if (tensor.dtype() != DType::kU8 && tensor.dtype() != DType::kI8)
+    fail("tensor \"", tensor.name(), "\" has dtype ", safetensors_dtype_name(tensor.dtype()), ", expected U8 or I8");
+  require_shape(tensor, shape);
+  return tensor.data;
+}
+
+// A packed Linear whose outputs are the concatenation of `outs` (gate | up): one matrix
+// per part, made by make(first output, count).
+template <typename Make>
+std::vector<WeightMatrix> split_outputs(const std::vector<int64_t>& outs, Make make) {
+  std::vector<WeightMatrix> parts;
+  int64_t first = 0;
+  for (int64_t out : outs) {
+    parts.push_back(make(first, out));
+    first += out;
+  }
+  return parts;
+}
+
 }  // namespace
 
 void expect_shape(const TensorView& tensor, const std::vector<int64_t>& expected) {
@@ -159,29 +182,19 @@ std::vector<WeightMatrix> WeightReader::wint2_linear(const std::string& base, co
   int64_t total = 0;
   for (int64_t out : outs) total += out;
   if (in % 128 != 0) fail("tensor \"", prefix_ + base, "quant_weight\": a WINT2 Linear needs a multiple of 128 inputs, got ", in);
-  auto bytes = [&](const char* field, const Shape& shape) {
-    const TensorView tensor = checkpoint_.take(prefix_ + base + field, shape);
-    if (tensor.dtype() != DType::kU8 && tensor.dtype() != DType::kI8)
-      fail("tensor \"", tensor.name(), "\" has dtype ", safetensors_dtype_name(tensor.dtype()), ", expected U8 or I8");
-    require_shape(tensor, shape);
-    return tensor.data;
-  };
   auto floats = [&](const char* field) {
     const TensorView tensor = checkpoint_.take(prefix_ + base + field, {total});
     expect_shape(tensor, {total});
     return to_f32(tensor);
   };
-  const uint8_t* quant_weight = bytes("quant_weight", {in / 4, total});
-  const uint8_t* weight_scale = bytes("weight_scale", {in / 128, total});
+  const uint8_t* quant_weight = take_bytes(checkpoint_, prefix_ + base + "quant_weight", {in / 4, total});
+  const uint8_t* weight_scale = take_bytes(checkpoint_, prefix_ + base + "weight_scale", {in / 128, total});
   const std::vector<float> super_scales = floats("super_scales"), code_scale = floats("code_scale"),
                            code_zp = floats("code_zp");
-  std::vector<WeightMatrix> parts;
-  int64_t first = 0;
-  for (int64_t out : outs) {
-    parts.push_back(make_wint2_weight(quant_weight, weight_scale, super_scales.data(), code_scale.data(), code_zp.data(),
-                                      in, total, first, out));
-    first += out;
-  }
+  std::vector<WeightMatrix> parts = split_outputs(outs, [&](int64_t first, int64_t count) {
+    return make_wint2_weight(quant_weight, weight_scale, super_scales.data(), code_scale.data(), code_zp.data(), in,
+                             total, first, count);
+  });
   // Transposed into rows: the mapped bytes' pages would stay in the RSS.
   release_mapped_range(quant_weight, static_cast<size_t>(in / 4 * total));
   release_mapped_range(weight_scale, static_cast<size_t>(in / 128 * total));
@@ -197,10 +210,7 @@ std::vector<WeightMatrix> WeightReader::w4a8_linear(const std::string& base, con
     fail("tensor \"", name, "quant_weight\": a W4A8 Linear needs a multiple of ", kIntegerGroup, " inputs, got ", in);
   if (hadamard > 0 && in % hadamard != 0)
     fail("tensor \"", name, "quant_weight\": its ", in, " inputs are not whole blocks of hadamard_block_size ", hadamard);
-  const TensorView packed = checkpoint_.take(name + "quant_weight", {in / 2, total});
-  if (packed.dtype() != DType::kI8 && packed.dtype() != DType::kU8)
-    fail("tensor \"", packed.name(), "\" has dtype ", safetensors_dtype_name(packed.dtype()), ", expected I8");
-  require_shape(packed, {in / 2, total});
+  const uint8_t* packed = take_bytes(checkpoint_, name + "quant_weight", {in / 2, total});
   const TensorView scale = checkpoint_.take(name + "weight_scale", {total});
   expect_shape(scale, {total});
   const std::vector<float> weight_scale = to_f32(scale);
@@ -208,13 +218,10 @@ std::vector<WeightMatrix> WeightReader::w4a8_linear(const std::string& base, con
   if (activation.info->num_elements() != 1 || activation.shape().size() > 1)
     fail("tensor \"", activation.name(), "\" has shape ", shape_to_string(activation.shape()), ", expected [1] (one scale per expert)");
   const float activation_scale = to_f32(activation).front();
-  std::vector<WeightMatrix> parts;
-  int64_t first = 0;
-  for (int64_t out : outs) {
-    parts.push_back(make_w4a8_weight(packed.data, weight_scale.data(), activation_scale, hadamard, in, total, first, out));
-    first += out;
-  }
-  release_mapped_range(packed.data, packed.info->size);  // repacked: its pages would stay in the RSS
+  std::vector<WeightMatrix> parts = split_outputs(outs, [&](int64_t first, int64_t count) {
+    return make_w4a8_weight(packed, weight_scale.data(), activation_scale, hadamard, in, total, first, count);
+  });
+  release_mapped_range(packed, static_cast<size_t>(in / 2 * total));  // repacked: its pages would stay in the RSS
   return parts;
 }
 

@@ -62,6 +62,16 @@ void write_our_case(ErnieModel& model, const std::vector<int32_t>& ids, const st
   testing::write_file(golden_dir + "/cases.json", cases.dump());
 }
 
+// Runs a numpy reference's --golden check of the case write_our_case wrote: it exits 0
+// when the logits agree within its --atol and prints one row per case (name, positions,
+// max |d|, ..., greedy "same").
+void expect_reference_agrees(const std::string& command) {
+  const testing::CommandResult result = testing::run_shell(command);
+  EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
+  EXPECT_THAT(result.output, ::testing::ContainsRegex("random +70 .* same"));
+  std::cout << result.output;
+}
+
 struct Shape {
   std::string name;
   SyntheticModelSpec spec;
@@ -88,11 +98,7 @@ TEST_P(NumpyReferenceTest, LogitsAgreeWithTheNumpyReference) {
   }
   const std::string command = testing::python3() + " " + testing::shared_dir() + "/tools/ref_ernie_numpy.py " +
                               model_dir + " --golden " + golden_dir;
-  const testing::CommandResult result = testing::run_shell(command);
-  EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
-  // The reference prints one row per case: name, positions, max |d|, ..., greedy "same".
-  EXPECT_THAT(result.output, ::testing::ContainsRegex("random +70 .* same"));
-  std::cout << result.output;
+  expect_reference_agrees(command);
 }
 
 SyntheticModelSpec small_spec() {
@@ -167,10 +173,7 @@ TEST(FastDeployWint2Test, LogitsAgreeWithTheNumpyReferenceOnTheDequantizedExpert
   }
   const std::string command = testing::python3() + " " + testing::shared_dir() + "/tools/ref_ernie_numpy.py " +
                               float_dir + " --golden " + golden_dir;
-  const testing::CommandResult result = testing::run_shell(command);
-  EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
-  EXPECT_THAT(result.output, ::testing::ContainsRegex("random +70 .* same"));
-  std::cout << result.output;
+  expect_reference_agrees(command);
 }
 
 
@@ -229,10 +232,7 @@ TEST_P(FastDeployW4a8Test, LogitsAgreeWithTheNumpyReferenceOfTheReleaseArithmeti
   }
   const std::string command = testing::python3() + " " + std::string(ERNIE_SOURCE_DIR) + "/tools/ref_w4a8c8_numpy.py " +
                               release_dir + " --golden " + ours_dir + " --atol 0.1";
-  const testing::CommandResult result = testing::run_shell(command);
-  EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
-  EXPECT_THAT(result.output, ::testing::ContainsRegex("random +70 .* same"));
-  std::cout << result.output;
+  expect_reference_agrees(command);
 }
 
 INSTANTIATE_TEST_SUITE_P(Releases, FastDeployW4a8Test,

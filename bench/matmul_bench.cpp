@@ -18,6 +18,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/quantize.h"
 #include "kernels/x86_intrinsics.h"
@@ -134,6 +135,9 @@ Operands make_operands(WeightFormat format, int64_t n, int64_t rows, int64_t col
   dense.rows = rows;
   dense.cols = cols;
   dense.data = o.bits.data();
+  // bf16 weights as the serving commands hold them: packed for bf16 products where the
+  // CPU has AVX512-BF16 (kernels/matmul_bf16.h).
+  if (format == WeightFormat::kDense && bf16_products_active()) format = WeightFormat::kBf16Packed;
   o.weight = format == WeightFormat::kDense ? dense : quantize_weight(dense, format);
   if (format != WeightFormat::kDense) o.bits = {};
   o.x.resize(static_cast<size_t>(n * cols));
@@ -146,10 +150,8 @@ Operands make_operands(WeightFormat format, int64_t n, int64_t rows, int64_t col
 void BM_Matmul(benchmark::State& state) {
   const auto format = static_cast<WeightFormat>(state.range(0));
   const int64_t n = state.range(1), rows = state.range(2), cols = state.range(3);
+  set_bf16_products(true);  // as the serving commands do
   Operands o = make_operands(format, n, rows, cols);
-  // bf16 weights as the serving commands multiply them (bf16 products where the CPU
-  // has AVX512-BF16).
-  set_bf16_products(true);
   MatmulInput input;
   for (auto _ : state) {
     // A fresh input each time, so the activation quantization is part of the cost.
@@ -162,7 +164,7 @@ void BM_Matmul(benchmark::State& state) {
                                               benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * rows * cols) * iterations,
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(weight_format_name(format));
+  state.SetLabel(weight_format_name(o.weight.format));
 }
 
 void matmul_shapes(benchmark::internal::Benchmark* b) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu_features.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/matmul_integer.h"
 #include "kernels/wint2.h"
 #include "kernels/x86_intrinsics.h"
@@ -364,15 +365,8 @@ std::vector<float>& panel_scratch() {
   return scratch;
 }
 
-bool use_bf16_products(const WeightMatrix& w);
-void matmul_bf16(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y);
-
 void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
   if (n == 0) return;
-  if (use_bf16_products(w)) {
-    matmul_bf16(pool, x, n, w, y);
-    return;
-  }
   static const RowRangeKernel kernel = select_kernel();
   // Threads split the output features into panels: each streams a disjoint share of
   // the weights, the largest operand.
@@ -385,147 +379,6 @@ void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatri
     kernel(x, n, w, static_cast<int64_t>(begin) * kPanelRows, std::min(w.rows, static_cast<int64_t>(end) * kPanelRows),
            y, scratch.data());
   });
-}
-
-#if defined(__x86_64__)
-#define ERNIE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
-
-// Activations x [n, k] rounded to bf16 (vcvtne2ps2bf16: nearest even, subnormals to
-// zero). The tail of a row goes through the same instruction under a mask, so every
-// element is rounded alike.
-ERNIE_BF16_TARGET void round_rows_to_bf16(const float* x, int64_t n, int64_t k, uint16_t* out) {
-  for (int64_t t = 0; t < n; ++t) {
-    const float* in = x + t * k;
-    uint16_t* row = out + t * k;
-    for (int64_t i = 0; i < k; i += 32) {
-      const int64_t count = std::min<int64_t>(32, k - i);
-      const auto low_mask = static_cast<__mmask16>(count >= 16 ? 0xffff : (1u << count) - 1u);
-      const auto high_mask = static_cast<__mmask16>(count <= 16 ? 0 : count >= 32 ? 0xffff : (1u << (count - 16)) - 1u);
-      const __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(high_mask, in + i + 16), _mm512_maskz_loadu_ps(low_mask, in + i));
-      const auto mask = static_cast<__mmask32>(count >= 32 ? 0xffffffffu : (1u << count) - 1u);
-      _mm512_mask_storeu_epi16(row + i, mask, reinterpret_cast<__m512i>(pair));
-    }
-  }
-}
-
-// T token rows x R weight rows with vdpbf16ps: each instruction adds 32 products of
-// bf16 pairs into 16 fp32 lanes. Every (t, r) runs the same instruction sequence over k
-// (whole steps of 32, then one masked step, then one fixed horizontal sum) whatever T
-// and R are, so a token's result does not depend on the batch it came in.
-template <int T, int R>
-ERNIE_BF16_TARGET inline void bf16_tile(const uint16_t* const* x, const uint16_t* const* w, int64_t k, float* const* y,
-                                        int64_t r_offset, bool streaming) {
-  __m512 acc[T][R];
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= k; i += 32) {
-    __m512bh wv[R];
-    for (int r = 0; r < R; ++r) {
-      // Streaming, fetch the same columns of the next tile's rows (R rows further on;
-      // past the last tile the hint points beyond the matrix, which a prefetch ignores).
-      if (streaming) _mm_prefetch(reinterpret_cast<const char*>(w[r] + i + R * k), _MM_HINT_T0);
-      wv[r] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w[r] + i));
-    }
-    for (int t = 0; t < T; ++t) {
-      const auto xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(x[t] + i));
-      for (int r = 0; r < R; ++r) acc[t][r] = _mm512_dpbf16_ps(acc[t][r], xv, wv[r]);
-    }
-  }
-  if (i < k) {
-    const auto mask = static_cast<__mmask32>((1ull << (k - i)) - 1u);
-    __m512bh wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, w[r] + i));
-    for (int t = 0; t < T; ++t) {
-      const auto xv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, x[t] + i));
-      for (int r = 0; r < R; ++r) acc[t][r] = _mm512_dpbf16_ps(acc[t][r], xv, wv[r]);
-    }
-  }
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) y[t][r_offset + r] = _mm512_reduce_add_ps(acc[t][r]);
-}
-
-template <int T>
-ERNIE_BF16_TARGET inline void bf16_tile_rows(const uint16_t* const* x, const uint16_t* const* w, int rows, int64_t k,
-                                             float* const* y, int64_t r_offset, bool streaming) {
-  switch (rows) {
-    case 4: bf16_tile<T, 4>(x, w, k, y, r_offset, streaming); break;
-    case 3: bf16_tile<T, 3>(x, w, k, y, r_offset, streaming); break;
-    case 2: bf16_tile<T, 2>(x, w, k, y, r_offset, streaming); break;
-    default: bf16_tile<T, 1>(x, w, k, y, r_offset, streaming); break;
-  }
-}
-
-// Output rows [row_begin, row_end) for n tokens of bf16-rounded activations xb [n, k]:
-// 4 weight rows at a time against every token of a chunk (the rows stay in L1), 6
-// tokens per tile: 24 accumulators, 10 loads per 24 products.
-constexpr int kTileTokens = 6;
-ERNIE_BF16_TARGET void matmul_rows_bf16(const uint16_t* xb, int64_t n, const WeightMatrix& w, int64_t row_begin,
-                                        int64_t row_end, float* y) {
-  const int64_t k = w.cols;
-  const bool streaming = n <= 3;
-  const auto* weights = static_cast<const uint16_t*>(w.data);
-  for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
-    const int64_t t1 = std::min(n, t0 + kTokenChunk);
-    for (int64_t r = row_begin; r < row_end; r += 4) {
-      const int rows = static_cast<int>(std::min<int64_t>(4, row_end - r));
-      const uint16_t* ws[4];
-      for (int j = 0; j < rows; ++j) ws[j] = weights + (r + j) * k;
-      for (int64_t t = t0; t < t1; t += kTileTokens) {
-        const int count = static_cast<int>(std::min<int64_t>(kTileTokens, t1 - t));
-        const uint16_t* xs[kTileTokens];
-        float* ys[kTileTokens];
-        for (int j = 0; j < count; ++j) {
-          xs[j] = xb + (t + j) * k;
-          ys[j] = y + (t + j) * w.rows;
-        }
-        switch (count) {
-          case 6: bf16_tile_rows<6>(xs, ws, rows, k, ys, r, streaming); break;
-          case 5: bf16_tile_rows<5>(xs, ws, rows, k, ys, r, streaming); break;
-          case 4: bf16_tile_rows<4>(xs, ws, rows, k, ys, r, streaming); break;
-          case 3: bf16_tile_rows<3>(xs, ws, rows, k, ys, r, streaming); break;
-          case 2: bf16_tile_rows<2>(xs, ws, rows, k, ys, r, streaming); break;
-          default: bf16_tile_rows<1>(xs, ws, rows, k, ys, r, streaming); break;
-        }
-      }
-    }
-  }
-}
-#endif
-
-bool use_bf16_products(const WeightMatrix& w) {
-#if defined(__x86_64__)
-  static const bool available = active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16;
-  return available && bf16_products_enabled() && w.dense() && w.dtype == DType::kBF16;
-#else
-  (void)w;
-  return false;
-#endif
-}
-
-// The calling thread's bf16 copy of the activations.
-std::vector<uint16_t>& bf16_activations() {
-  thread_local std::vector<uint16_t> buffer;
-  return buffer;
-}
-
-void matmul_bf16(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
-#if defined(__x86_64__)
-  std::vector<uint16_t>& xb = bf16_activations();
-  if (xb.size() < static_cast<size_t>(n * w.cols)) xb.resize(static_cast<size_t>(n * w.cols));
-  round_rows_to_bf16(x, n, w.cols, xb.data());
-  const int64_t panels = (w.rows + kPanelRows - 1) / kPanelRows;
-  const auto threads = static_cast<int64_t>(pool.num_threads());
-  // Decode streams the weights: one contiguous share per thread (as the integer path);
-  // prefill evens the shares out in smaller units.
-  const size_t grain = static_cast<size_t>(n <= 3 ? (panels + threads - 1) / threads : std::max<int64_t>(1, panels / (threads * 4)));
-  pool.parallel_for(static_cast<size_t>(panels), grain, [&](size_t begin, size_t end) {
-    matmul_rows_bf16(xb.data(), n, w, static_cast<int64_t>(begin) * kPanelRows,
-                     std::min(w.rows, static_cast<int64_t>(end) * kPanelRows), y);
-  });
-#else
-  (void)pool, (void)x, (void)n, (void)w, (void)y;
-#endif
 }
 
 bool is_integer(const WeightMatrix& w) { return w.format == WeightFormat::kInt8 || w.format == WeightFormat::kInt4; }
@@ -587,6 +440,8 @@ void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* 
     matmul_float(pool, input.fp8_rounded(), input.n(), w, y);
   } else if (w.format == WeightFormat::kWint2) {
     matmul_wint2(pool, input.x(), input.n(), w, y);
+  } else if (w.format == WeightFormat::kBf16Packed) {
+    matmul_bf16_packed(pool, input.x(), input.n(), w, y);
   } else {
     matmul_float(pool, input.x(), input.n(), w, y);
   }
@@ -640,6 +495,10 @@ void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y
   if (w.format == WeightFormat::kFp8) {
     rounded.assign(x, x + n * w.cols);
     fake_quantize_fp8_activations(rounded.data(), n, w.cols);
+    x = rounded.data();
+  } else if (w.format == WeightFormat::kBf16Packed) {
+    rounded.resize(static_cast<size_t>(n * w.cols));
+    for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
     x = rounded.data();
   }
   const std::vector<float> weights = dequantize_weight(w);

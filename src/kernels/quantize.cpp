@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "kernels/cpu_features.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/simd_dispatch.h"
 #include "kernels/wint2.h"
 #include "kernels/x86_intrinsics.h"
@@ -270,6 +271,7 @@ const char* weight_format_name(WeightFormat format) {
     case WeightFormat::kInt4: return "wint4";
     case WeightFormat::kFp8: return "block_wise_fp8";
     case WeightFormat::kWint2: return "wint2";
+    case WeightFormat::kBf16Packed: return "bf16 (packed for bf16 products)";
   }
   return "?";
 }
@@ -277,20 +279,40 @@ const char* weight_format_name(WeightFormat format) {
 int32_t integer_group_size(int64_t cols) { return cols % kIntegerGroup == 0 ? static_cast<int32_t>(kIntegerGroup) : 0; }
 
 bool can_quantize(const WeightMatrix& dense, WeightFormat format) {
-  if (!dense.dense() || format == WeightFormat::kWint2) return false;  // WINT2 is made offline only
+  // A packed bf16 matrix holds the same values as its dense form (unpacked on the way).
+  const bool float_source = dense.dense() || dense.format == WeightFormat::kBf16Packed;
+  if (!float_source || format == WeightFormat::kWint2) return false;  // WINT2 is made offline only
   if (format == WeightFormat::kInt8 || format == WeightFormat::kInt4) return integer_group_size(dense.cols) > 0;
+  if (format == WeightFormat::kBf16Packed) return can_pack_bf16(dense);
   return true;
+}
+
+// The dense bf16 matrix a packed one holds (owned).
+static WeightMatrix unpack_bf16_weight(const WeightMatrix& packed) {
+  auto owned = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(packed.rows * packed.cols));
+  for (int64_t r = 0; r < packed.rows; ++r) unpack_bf16_row(packed, r, owned->data() + r * packed.cols);
+  WeightMatrix dense = packed;
+  dense.format = WeightFormat::kDense;
+  dense.dtype = DType::kBF16;
+  dense.data = owned->data();
+  dense.storage = std::shared_ptr<const void>(owned, owned->data());
+  return dense;
 }
 
 WeightMatrix quantize_weight(const WeightMatrix& dense, WeightFormat format) {
   if (!can_quantize(dense, format))
     fail("cannot store a ", dense.rows, "x", dense.cols, " weight as ", weight_format_name(format),
          dense.dense() ? ": its input width must be a multiple of 32" : ": it is already quantized");
+  if (dense.format == WeightFormat::kBf16Packed) {
+    if (format == WeightFormat::kBf16Packed) return dense;
+    return quantize_weight(unpack_bf16_weight(dense), format);
+  }
   switch (format) {
     case WeightFormat::kDense: return dense;
     case WeightFormat::kInt8: return quantize_int8(dense, integer_group_size(dense.cols));
     case WeightFormat::kInt4: return quantize_int4(dense, integer_group_size(dense.cols));
     case WeightFormat::kFp8: return quantize_fp8(dense);
+    case WeightFormat::kBf16Packed: return pack_bf16_weight(dense);
     case WeightFormat::kWint2: break;  // refused by can_quantize
   }
   return dense;
@@ -345,6 +367,14 @@ std::vector<float> dequantize_weight(const WeightMatrix& m) {
     for (int64_t r = 0; r < rows; ++r) wint2_dequantize_row(m, r, out.data() + r * cols);
     return out;
   }
+  if (m.format == WeightFormat::kBf16Packed) {
+    std::vector<uint16_t> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      unpack_bf16_row(m, r, row.data());
+      convert_to_f32(DType::kBF16, row.data(), out.data() + r * cols, row.size());
+    }
+    return out;
+  }
   const auto* bytes = static_cast<const uint8_t*>(m.data);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t lane = r % kQuantPanelRows;
@@ -378,6 +408,7 @@ uint64_t weight_bytes(const WeightMatrix& m) {
     case WeightFormat::kFp8:
       return elements + static_cast<uint64_t>(ceil_div(m.rows, kFp8Block) * ceil_div(m.cols, kFp8Block)) * 4;
     case WeightFormat::kWint2: return wint2_bytes(m);
+    case WeightFormat::kBf16Packed: return packed_bf16_bytes(m.rows, m.cols);
   }
   return elements;
 }
@@ -389,13 +420,15 @@ uint64_t packed_value_bytes(const WeightMatrix& m) {
     case WeightFormat::kInt4: return static_cast<uint64_t>(padded_rows(m.rows) * m.cols / 2);
     case WeightFormat::kFp8: return static_cast<uint64_t>(m.rows * m.cols);
     case WeightFormat::kWint2: return static_cast<uint64_t>(m.rows * m.cols / 4);
+    case WeightFormat::kBf16Packed: return packed_bf16_bytes(m.rows, m.cols);
   }
   return 0;
 }
 
 uint64_t packed_scale_bytes(const WeightMatrix& m) {
   switch (m.format) {
-    case WeightFormat::kDense: return 0;
+    case WeightFormat::kDense:
+    case WeightFormat::kBf16Packed: return 0;
     case WeightFormat::kInt8:
     case WeightFormat::kInt4: return static_cast<uint64_t>(m.cols / m.group * padded_rows(m.rows)) * sizeof(uint16_t);
     case WeightFormat::kWint2: return wint2_bytes(m) - packed_value_bytes(m);

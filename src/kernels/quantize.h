@@ -43,10 +43,11 @@ const char* weight_format_name(WeightFormat format);
 // or 0 when cols is not a multiple of it (the matrix then stays dense).
 int32_t integer_group_size(int64_t cols);
 
-// Whether `dense` can be stored in `format` (integer formats need integer_group_size > 0).
+// Whether `dense` can be stored in `format` (integer formats need integer_group_size > 0,
+// kBf16Packed a bf16 source). A kBf16Packed matrix counts as dense here.
 bool can_quantize(const WeightMatrix& dense, WeightFormat format);
 
-// Quantizes a dense matrix (any dtype) into `format`, owning the result.
+// Quantizes a dense matrix (any dtype, or bf16 packed) into `format`, owning the result.
 // Throws ernie::Error when can_quantize is false.
 WeightMatrix quantize_weight(const WeightMatrix& dense, WeightFormat format);
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/ops.h"
 #include "kernels/quantize.h"
 #include "model/prequantized.h"
@@ -126,6 +127,8 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
       log_info("the weights (", bytes / 1e9, " GB) exceed the free memory: their pages are read on first use");
     }
   }
+  // bf16 products read the bf16 weights in their own layout: repacked once, here.
+  if (bf16_products_active()) pack_bf16_weights(weights, pool);
   report.weight_bytes = resident_weight_bytes(weights);
   auto model = std::make_unique<ErnieModel>(std::move(config), std::move(checkpoint), std::move(weights), pool,
                                             quantization.kv_cache, shard, communicator);
@@ -327,10 +330,11 @@ void ErnieModel::prepare_mtp() {
   // A draft only needs the argmax of the MTP logits, so their vocabulary projection runs
   // on an int8 copy of the head when the head itself is wider (half the bytes to read at
   // bf16): a rare argmax that rounding moves costs one rejected draft, never a wrong token.
-  if (mtp_head_ || weights_.mtp.empty() || weights_.lm_head.format != WeightFormat::kDense ||
-      !can_quantize(weights_.lm_head, WeightFormat::kInt8))
+  const WeightMatrix& head = weights_.lm_head;
+  const bool float_head = head.dense() || head.format == WeightFormat::kBf16Packed;
+  if (mtp_head_ || weights_.mtp.empty() || !float_head || !can_quantize(head, WeightFormat::kInt8))
     return;
-  mtp_head_ = std::make_unique<WeightMatrix>(quantize_weight(weights_.lm_head, WeightFormat::kInt8));
+  mtp_head_ = std::make_unique<WeightMatrix>(quantize_weight(head, WeightFormat::kInt8));
 }
 
 std::span<const float> ErnieModel::last_hidden_states() const {

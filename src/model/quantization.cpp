@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/matmul_bf16.h"
 #include "kernels/quantize.h"
 #include "util/error.h"
 
@@ -148,6 +149,18 @@ void for_each_linear(Weights& weights, Visit visit) {
   visit(weights.lm_head, LinearRole::kHead);
 }
 
+// Calls visit(matrix) for every weight matrix of the vision tower.
+template <typename Weights, typename Visit>
+void for_each_vision_matrix(Weights& weights, Visit visit) {
+  if (!weights.vision) return;
+  auto& tower = *weights.vision;
+  visit(tower.patch_embed);
+  for (auto& block : tower.blocks)
+    for (auto* linear : {&block.qkv, &block.proj, &block.fc1, &block.fc2}) visit(linear->weight);
+  for (auto* linear : {&tower.spatial1, &tower.spatial2, &tower.temporal1, &tower.temporal2, &tower.projection})
+    visit(linear->weight);
+}
+
 }  // namespace
 
 // A zero-copy view's pages in the checkpoint mapping were read while quantizing it and
@@ -208,6 +221,24 @@ int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, Thread
   return kept;
 }
 
+void pack_bf16_weights(ErnieWeights& weights, ThreadPool& pool) {
+  QuantizationPlan plan;
+  plan.dense = plan.experts = plan.head = WeightFormat::kBf16Packed;
+  quantize_weights(weights, plan, pool);  // weights that are not bf16 stay as they are
+  // The vision tower is not quantized, but it is multiplied alike.
+  std::vector<WeightMatrix*> tower;
+  for_each_vision_matrix(weights, [&](WeightMatrix& matrix) {
+    if (can_pack_bf16(matrix)) tower.push_back(&matrix);
+  });
+  pool.parallel_for(tower.size(), 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const WeightMatrix source = *tower[i];
+      *tower[i] = pack_bf16_weight(source);
+      release_mapped_pages(source);
+    }
+  });
+}
+
 std::vector<WeightMatrix*> linear_weights(ErnieWeights& weights) {
   std::vector<WeightMatrix*> linears;
   for_each_linear(weights, [&](WeightMatrix& matrix, LinearRole) { linears.push_back(&matrix); });
@@ -227,16 +258,7 @@ uint64_t resident_weight_bytes(const ErnieWeights& weights) {
   });
   // The vision tower stays in the checkpoint's dtype (FastDeploy quantizes only the
   // text decoder).
-  if (weights.vision) {
-    const VisionTowerWeights& tower = *weights.vision;
-    total += weight_bytes(tower.patch_embed);
-    for (const VisionBlockWeights& block : tower.blocks)
-      for (const BiasedLinear* linear : {&block.qkv, &block.proj, &block.fc1, &block.fc2})
-        total += weight_bytes(linear->weight);
-    for (const BiasedLinear* linear :
-         {&tower.spatial1, &tower.spatial2, &tower.temporal1, &tower.temporal2, &tower.projection})
-      total += weight_bytes(linear->weight);
-  }
+  for_each_vision_matrix(weights, [&](const WeightMatrix& matrix) { total += weight_bytes(matrix); });
   return total;
 }
 

@@ -21,6 +21,9 @@ enum class WeightFormat : uint8_t {
   kInt4,   // [wint4] int4, likewise
   kFp8,    // [block_wise_fp8] FP8 e4m3, one scale per 128x128 block
   kWint2,  // [wint2] FastDeploy's 2-bit CCQ, read from pre-quantized checkpoints (kernels/wint2.h)
+  // bf16 repacked at load for bf16 products (kernels/matmul_bf16.h), where the CPU has
+  // AVX512-BF16: the same values as a kDense bf16 matrix, in the kernel's layout.
+  kBf16Packed,
 };
 
 struct WeightMatrix {

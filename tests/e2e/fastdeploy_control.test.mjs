@@ -60,7 +60,11 @@ test('prompt_logprobs: null first, then each prompt token with its rank, matchin
       messages: [], prompt_token_ids: prompt.slice(0, j), max_tokens: 1, logprobs: true, top_logprobs: -1,
     })).json();
     const ranked = cut.choices[0].logprobs.content[0].top_logprobs;
-    for (const entry of Object.values(entries)) assert.ok(Math.abs(entry.logprob - ranked[entry.rank - 1].logprob) < 2e-3);
+    // Not bitwise: the attention kernel tiles a 7-token prefill differently from a j-token
+    // one (fp32 rounding, ~1e-5), and a one-ulp change in a bf16-rounded activation grows
+    // ~2.4x per matmul in this random model (measured up to 2.8e-3). Another row's
+    // logprobs differ by whole units.
+    for (const entry of Object.values(entries)) assert.ok(Math.abs(entry.logprob - ranked[entry.rank - 1].logprob) < 1e-2);
   }
   const unnamed = await (await post(model, '/v1/completions', {
     prompt_token_ids: prompt, prompt_logprobs: 0, include_logprobs_decode_token: false, max_tokens: 1,

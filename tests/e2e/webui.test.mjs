@@ -68,12 +68,13 @@ async function setField(page, selector, value) {
 }
 
 // Streaming and stopping need a model slow enough to watch: the shipped one writes 240
-// tokens in 0.1 s, so this test runs a random model of ERNIE-4.5-0.3B's shape (about 45
-// tokens/s on 2 cores).
+// tokens in 0.1 s, so this test runs a random model of ERNIE-4.5-0.3B's shape (about 100
+// tokens/s on 2 cores) with its tokenizer's 4096-piece vocabulary: with 0.3B's 103424
+// outputs a random model mostly writes ids that decode to no text at all.
 test('the page streams an answer, stops one, and finds its conversations after a reload', { timeout: 180000 }, async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ernie-webui-03b-'));
   const model = path.join(dir, 'model');
-  execFileSync(process.env.ERNIE_BINARY, ['synth', '--out', model, '--preset', '0.3b'], { stdio: 'ignore' });
+  execFileSync(process.env.ERNIE_BINARY, ['synth', '--out', model, '--preset', '0.3b', '--vocab', '4096'], { stdio: 'ignore' });
   const server = await startServer([], {}, { model, maxModelLen: 512 });
   try {
     const page = await openPage(server.baseURL);

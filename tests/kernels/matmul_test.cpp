@@ -63,41 +63,6 @@ TEST_P(MatmulTest, MatchesTheDoubleReferenceOnOddShapes) {
 INSTANTIATE_TEST_SUITE_P(AllDtypes, MatmulTest, ::testing::Values(DType::kBF16, DType::kF16, DType::kF32),
                          [](const auto& test_info) { return std::string(safetensors_dtype_name(test_info.param)); });
 
-// bf16 products: the kernel rounds activations to bf16 and sums exact bf16 x bf16
-// products in fp32, so against a double reference over the bf16-rounded activations
-// only fp32 accumulation error remains, on every shape (tails of k under 32 included)
-// and whichever path (1..3 streamed tokens, tiles of 4) a row takes.
-TEST(MatmulTest, Bf16ProductsMatchTheReferenceOnRoundedActivations) {
-  if (!(active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16))
-    GTEST_SKIP() << "this CPU has no AVX512-BF16, so it never takes the bf16-product path";
-  ThreadPool pool(2);
-  Random random(9);
-  set_bf16_products(true);
-  for (const auto& [n, rows, cols] : {std::tuple{1, 1, 1}, std::tuple{1, 7, 33}, std::tuple{3, 130, 256},
-                                      std::tuple{2, 19, 70}, std::tuple{17, 5, 1000}, std::tuple{130, 37, 129}}) {
-    const OwnedMatrix w = random_matrix(DType::kBF16, rows, cols, static_cast<uint64_t>(rows + cols));
-    std::vector<float> x(static_cast<size_t>(n * cols)), rounded(x.size());
-    for (float& value : x) value = static_cast<float>(random.normal());
-    for (size_t i = 0; i < x.size(); ++i) rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
-    std::vector<float> fast(static_cast<size_t>(n * rows)), reference(fast.size()), unrounded(fast.size());
-    matmul(pool, x.data(), n, w.matrix, fast.data());
-    matmul_reference(rounded.data(), n, w.matrix, reference.data());
-    matmul_reference(x.data(), n, w.matrix, unrounded.data());
-    const double tolerance = 2e-6 * std::sqrt(static_cast<double>(cols)) * 8.0;
-    double moved = 0;
-    for (size_t i = 0; i < fast.size(); ++i) {
-      ASSERT_NEAR(fast[i], reference[i], tolerance * (1.0 + std::fabs(reference[i])))
-          << "n=" << n << " rows=" << rows << " cols=" << cols << " i=" << i;
-      moved = std::max(moved, std::fabs(static_cast<double>(fast[i]) - unrounded[i]));
-    }
-    // The rounding is real: on wide rows it moves results beyond the fp32 tolerance.
-    if (cols >= 256) {
-      EXPECT_GT(moved, tolerance) << "cols=" << cols;
-    }
-  }
-  set_bf16_products(false);
-}
-
 // No token rows (a step that wants no logits): nothing is read or written.
 TEST(MatmulTest, NoRowsIsANoOp) {
   ThreadPool pool(2);

@@ -1,0 +1,244 @@
+#include "kernels/matmul_bf16.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/x86_intrinsics.h"
+#include "util/error.h"
+
+namespace ernie {
+namespace {
+
+constexpr int64_t kPanelRows = kBf16GroupRows * kBf16PanelGroups;
+// Tokens whose activations and results a thread keeps near while it walks its panels.
+constexpr int64_t kTokenChunk = 64;
+
+int64_t even_cols(int64_t cols) { return (cols + 1) / 2 * 2; }
+int64_t padded_rows(int64_t rows) { return (rows + kBf16GroupRows - 1) / kBf16GroupRows * kBf16GroupRows; }
+int64_t panel_count(int64_t rows) { return (rows + kPanelRows - 1) / kPanelRows; }
+// Groups in panel p of a matrix with `rows` rows.
+int panel_groups(int64_t rows, int64_t p) {
+  return static_cast<int>(std::min(kBf16PanelGroups, padded_rows(rows) / kBf16GroupRows - p * kBf16PanelGroups));
+}
+
+// Where row r's input pair j lives (the first of its two elements).
+int64_t packed_index(int64_t rows, int64_t kp, int64_t r, int64_t j) {
+  const int64_t p = r / kPanelRows, q = r % kPanelRows;
+  return p * kPanelRows * kp + j * panel_groups(rows, p) * 2 * kBf16GroupRows + q * 2;
+}
+
+// The activations rounded to bf16 (nearest even) with an even row stride, the padding
+// input zero: each row read as uint32 is its run of input pairs.
+std::vector<uint16_t>& rounded_activations() {
+  thread_local std::vector<uint16_t> buffer;
+  return buffer;
+}
+
+// Rows [first, first + groups·16) of panel `panel` for T tokens: out[t][row] over all
+// pairs, in order, on any CPU (no vdpbf16ps): each pair adds w0·x0 + w1·x1 in fp32.
+void generic_panel(const uint16_t* panel, int groups, int64_t pairs, const uint32_t* const* x, int tokens,
+                   float* const* y, int64_t first_row, int64_t valid_rows) {
+  const int lanes = groups * static_cast<int>(kBf16GroupRows);
+  for (int t = 0; t < tokens; ++t) {
+    float acc[kPanelRows] = {};
+    const uint16_t* w = panel;
+    for (int64_t j = 0; j < pairs; ++j, w += 2 * lanes) {
+      const uint32_t pair = x[t][j];
+      const float x0 = bf16_to_f32(static_cast<uint16_t>(pair & 0xffffu)), x1 = bf16_to_f32(static_cast<uint16_t>(pair >> 16));
+      for (int l = 0; l < lanes; ++l) acc[l] += bf16_to_f32(w[2 * l + 1]) * x1 + bf16_to_f32(w[2 * l]) * x0;
+    }
+    for (int64_t l = 0; l < std::min<int64_t>(lanes, valid_rows); ++l) y[t][first_row + l] = acc[l];
+  }
+}
+
+#if defined(__x86_64__)
+#define ERNIE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
+
+// vcvtne2ps2bf16 on 32 inputs at a time (nearest even); the row's tail and the padding
+// input go through the same instruction under a mask.
+ERNIE_BF16_TARGET void round_rows_avx512(const float* x, int64_t n, int64_t k, int64_t stride, uint16_t* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* in = x + t * k;
+    uint16_t* row = out + t * stride;
+    for (int64_t i = 0; i < stride; i += 32) {
+      const int64_t count = std::max<int64_t>(0, std::min<int64_t>(32, k - i));
+      const auto low_mask = static_cast<__mmask16>(count >= 16 ? 0xffff : (1u << count) - 1u);
+      const auto high_mask = static_cast<__mmask16>(count <= 16 ? 0 : count >= 32 ? 0xffff : (1u << (count - 16)) - 1u);
+      const __m512bh pair =
+          _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(high_mask, in + i + 16), _mm512_maskz_loadu_ps(low_mask, in + i));
+      const int64_t width = std::min<int64_t>(32, stride - i);
+      const auto mask = static_cast<__mmask32>(width >= 32 ? 0xffffffffu : (1u << width) - 1u);
+      _mm512_mask_storeu_epi16(row + i, mask, reinterpret_cast<__m512i>(pair));
+    }
+  }
+}
+
+// T tokens x G groups of 16 rows: T·G accumulators, and per input pair G weight loads
+// and T broadcasts for T·G vdpbf16ps. Decode (streaming) prefetches the panel ahead of
+// the hardware prefetcher's reach.
+template <int T, int G>
+ERNIE_BF16_TARGET void packed_tile(const uint16_t* panel, int64_t pairs, const uint32_t* const* x, float* const* y,
+                                   int64_t first_row, int64_t valid_rows, bool streaming) {
+  __m512 acc[T][G];
+  for (int t = 0; t < T; ++t)
+    for (int g = 0; g < G; ++g) acc[t][g] = _mm512_setzero_ps();
+  const uint16_t* w = panel;
+  constexpr int64_t kStep = G * 2 * kBf16GroupRows;  // bf16 per input pair
+  for (int64_t j = 0; j < pairs; ++j, w += kStep) {
+    __m512bh wv[G];
+    for (int g = 0; g < G; ++g) {
+      if (streaming) _mm_prefetch(reinterpret_cast<const char*>(w + g * 32 + 16 * kStep), _MM_HINT_T0);
+      wv[g] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + g * 32));
+    }
+    for (int t = 0; t < T; ++t) {
+      const auto xv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[t][j])));
+      for (int g = 0; g < G; ++g) acc[t][g] = _mm512_dpbf16_ps(acc[t][g], wv[g], xv);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const int64_t rows = std::clamp<int64_t>(valid_rows - g * kBf16GroupRows, 0, kBf16GroupRows);
+    const auto mask = static_cast<__mmask16>((1u << rows) - 1u);
+    for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y[t] + first_row + g * kBf16GroupRows, mask, acc[t][g]);
+  }
+}
+
+template <int T>
+ERNIE_BF16_TARGET void packed_tile_groups(int groups, const uint16_t* panel, int64_t pairs, const uint32_t* const* x,
+                                          float* const* y, int64_t first_row, int64_t valid_rows, bool streaming) {
+  switch (groups) {
+    case 4: packed_tile<T, 4>(panel, pairs, x, y, first_row, valid_rows, streaming); break;
+    case 3: packed_tile<T, 3>(panel, pairs, x, y, first_row, valid_rows, streaming); break;
+    case 2: packed_tile<T, 2>(panel, pairs, x, y, first_row, valid_rows, streaming); break;
+    default: packed_tile<T, 1>(panel, pairs, x, y, first_row, valid_rows, streaming); break;
+  }
+}
+
+constexpr int kTileTokens = 6;
+
+ERNIE_BF16_TARGET void panel_avx512(const uint16_t* panel, int groups, int64_t pairs, const uint32_t* const* x,
+                                    int tokens, float* const* y, int64_t first_row, int64_t valid_rows, bool streaming) {
+  switch (tokens) {
+    case 6: packed_tile_groups<6>(groups, panel, pairs, x, y, first_row, valid_rows, streaming); break;
+    case 5: packed_tile_groups<5>(groups, panel, pairs, x, y, first_row, valid_rows, streaming); break;
+    case 4: packed_tile_groups<4>(groups, panel, pairs, x, y, first_row, valid_rows, streaming); break;
+    case 3: packed_tile_groups<3>(groups, panel, pairs, x, y, first_row, valid_rows, streaming); break;
+    case 2: packed_tile_groups<2>(groups, panel, pairs, x, y, first_row, valid_rows, streaming); break;
+    default: packed_tile_groups<1>(groups, panel, pairs, x, y, first_row, valid_rows, streaming); break;
+  }
+}
+#endif
+
+bool has_bf16_instructions() {
+#if defined(__x86_64__)
+  static const bool available = active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16;
+  return available;
+#else
+  return false;
+#endif
+}
+
+void round_rows(const float* x, int64_t n, int64_t k, int64_t stride, uint16_t* out) {
+#if defined(__x86_64__)
+  if (has_bf16_instructions()) {
+    round_rows_avx512(x, n, k, stride, out);
+    return;
+  }
+#endif
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < k; ++i) out[t * stride + i] = f32_to_bf16(x[t * k + i]);
+    for (int64_t i = k; i < stride; ++i) out[t * stride + i] = 0;
+  }
+}
+
+// Panels [begin, end) for every token.
+void multiply_panels(const uint16_t* xb, int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y) {
+  const int64_t kp = even_cols(w.cols), pairs = kp / 2;
+  const auto* weights = static_cast<const uint16_t*>(w.data);
+  const bool streaming = n <= 3;
+  const bool native = has_bf16_instructions();
+  for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
+    const int64_t t1 = std::min(n, t0 + kTokenChunk);
+    for (int64_t p = begin; p < end; ++p) {
+      const uint16_t* panel = weights + p * kPanelRows * kp;
+      const int groups = panel_groups(w.rows, p);
+      const int64_t first_row = p * kPanelRows, valid_rows = std::min(kPanelRows, w.rows - first_row);
+      for (int64_t t = t0; t < t1; t += kTileTokens) {
+        const int tokens = static_cast<int>(std::min<int64_t>(kTileTokens, t1 - t));
+        const uint32_t* xs[kTileTokens];
+        float* ys[kTileTokens];
+        for (int i = 0; i < tokens; ++i) {
+          xs[i] = reinterpret_cast<const uint32_t*>(xb + (t + i) * kp);
+          ys[i] = y + (t + i) * w.rows;
+        }
+#if defined(__x86_64__)
+        if (native) {
+          panel_avx512(panel, groups, pairs, xs, tokens, ys, first_row, valid_rows, streaming);
+          continue;
+        }
+#endif
+        (void)native, (void)streaming;
+        generic_panel(panel, groups, pairs, xs, tokens, ys, first_row, valid_rows);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool bf16_products_active() { return has_bf16_instructions() && bf16_products_enabled(); }
+
+bool can_pack_bf16(const WeightMatrix& dense) { return dense.dense() && dense.dtype == DType::kBF16 && !dense.empty(); }
+
+uint64_t packed_bf16_bytes(int64_t rows, int64_t cols) {
+  return static_cast<uint64_t>(padded_rows(rows) * even_cols(cols)) * sizeof(uint16_t);
+}
+
+WeightMatrix pack_bf16_weight(const WeightMatrix& dense) {
+  if (!can_pack_bf16(dense))
+    fail("cannot pack a ", dense.rows, "x", dense.cols, " ", dense.dense() ? safetensors_dtype_name(dense.dtype) : "quantized",
+         " weight for bf16 products: only dense bf16 weights can be");
+  const int64_t rows = dense.rows, cols = dense.cols, kp = even_cols(cols);
+  auto owned = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(padded_rows(rows) * kp), uint16_t{0});
+  uint16_t* out = owned->data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* row = reinterpret_cast<const uint16_t*>(dense.row(r));
+    for (int64_t j = 0; j < kp / 2; ++j) {
+      uint16_t* at = out + packed_index(rows, kp, r, j);
+      at[0] = row[2 * j];
+      at[1] = 2 * j + 1 < cols ? row[2 * j + 1] : uint16_t{0};
+    }
+  }
+  WeightMatrix packed = dense;
+  packed.format = WeightFormat::kBf16Packed;
+  packed.data = owned->data();
+  packed.storage = std::shared_ptr<const void>(owned, owned->data());
+  return packed;
+}
+
+void unpack_bf16_row(const WeightMatrix& packed, int64_t r, uint16_t* out) {
+  const int64_t kp = even_cols(packed.cols);
+  const auto* data = static_cast<const uint16_t*>(packed.data);
+  for (int64_t k = 0; k < packed.cols; ++k) out[k] = data[packed_index(packed.rows, kp, r, k / 2) + k % 2];
+}
+
+void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
+  if (w.format != WeightFormat::kBf16Packed) fail("matmul_bf16_packed takes a packed bf16 weight");
+  if (n == 0) return;
+  const int64_t kp = even_cols(w.cols);
+  std::vector<uint16_t>& xb = rounded_activations();
+  if (xb.size() < static_cast<size_t>(n * kp)) xb.resize(static_cast<size_t>(n * kp));
+  round_rows(x, n, w.cols, kp, xb.data());
+  const int64_t panels = panel_count(w.rows);
+  const auto threads = static_cast<int64_t>(pool.num_threads());
+  // Decode streams the weights: one contiguous share per thread; prefill evens the
+  // shares out in smaller units.
+  const int64_t grain = n <= 3 ? (panels + threads - 1) / threads : std::max<int64_t>(1, panels / (threads * 4));
+  pool.parallel_for(static_cast<size_t>(panels), static_cast<size_t>(grain), [&](size_t begin, size_t end) {
+    multiply_panels(xb.data(), n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y);
+  });
+}
+
+}  // namespace ernie

@@ -1,0 +1,130 @@
+#include "kernels/matmul_bf16.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <tuple>
+
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/quantize.h"
+#include "util/error.h"
+#include "util/random.h"
+
+namespace ernie {
+namespace {
+
+// A random dense bf16 matrix [rows, cols] that owns its bits.
+struct Bf16Matrix {
+  std::vector<uint16_t> bits;
+  WeightMatrix matrix;
+};
+
+Bf16Matrix random_bf16(int64_t rows, int64_t cols, uint64_t seed) {
+  Random random(seed);
+  Bf16Matrix m;
+  m.bits.resize(static_cast<size_t>(rows * cols));
+  for (uint16_t& b : m.bits) b = f32_to_bf16(static_cast<float>(random.normal() * 0.5));
+  m.matrix.dtype = DType::kBF16;
+  m.matrix.rows = rows;
+  m.matrix.cols = cols;
+  m.matrix.data = m.bits.data();
+  return m;
+}
+
+std::vector<float> random_activations(int64_t n, int64_t cols, uint64_t seed) {
+  Random random(seed);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (float& v : x) v = static_cast<float>(random.normal());
+  return x;
+}
+
+// Shapes around every boundary of the layout: odd inputs (a padded pair), rows short of
+// a group, of a panel, and several panels with a short last one.
+constexpr std::tuple<int64_t, int64_t> kShapes[] = {{1, 1}, {7, 33}, {16, 2}, {19, 70}, {64, 64}, {130, 256},
+                                                    {37, 129}, {200, 1000}};
+
+TEST(MatmulBf16Test, PackingKeepsEveryValue) {
+  for (const auto& [rows, cols] : kShapes) {
+    const Bf16Matrix dense = random_bf16(rows, cols, static_cast<uint64_t>(rows * 1000 + cols));
+    const WeightMatrix packed = pack_bf16_weight(dense.matrix);
+    EXPECT_EQ(packed.format, WeightFormat::kBf16Packed);
+    EXPECT_EQ(weight_bytes(packed), packed_bf16_bytes(rows, cols));
+    std::vector<uint16_t> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      unpack_bf16_row(packed, r, row.data());
+      ASSERT_EQ(0, std::memcmp(row.data(), dense.bits.data() + r * cols, row.size() * 2)) << rows << "x" << cols << " r=" << r;
+    }
+    EXPECT_EQ(dequantize_weight(packed), dense.matrix.to_f32());
+  }
+}
+
+TEST(MatmulBf16Test, OnlyDenseBf16Packs) {
+  Bf16Matrix dense = random_bf16(4, 64, 1);
+  EXPECT_TRUE(can_quantize(dense.matrix, WeightFormat::kBf16Packed));
+  WeightMatrix f32 = dense.matrix;
+  f32.dtype = DType::kF32;
+  EXPECT_FALSE(can_pack_bf16(f32));
+  EXPECT_THROW(pack_bf16_weight(quantize_weight(dense.matrix, WeightFormat::kInt8)), Error);
+}
+
+// A packed matrix quantizes to exactly what its dense form does (the MTP draft head is
+// made from the packed LM head).
+TEST(MatmulBf16Test, QuantizingAPackedMatrixEqualsQuantizingItsSource) {
+  const Bf16Matrix dense = random_bf16(40, 128, 3);
+  const WeightMatrix packed = pack_bf16_weight(dense.matrix);
+  for (WeightFormat format : {WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kFp8}) {
+    EXPECT_EQ(dequantize_weight(quantize_weight(packed, format)), dequantize_weight(quantize_weight(dense.matrix, format)))
+        << weight_format_name(format);
+  }
+}
+
+// The product rounds activations to bf16 and sums exact bf16 x bf16 products in fp32,
+// so against matmul_reference (double sums over the same rounded activations) only fp32
+// accumulation error remains, with vdpbf16ps or without (the ISA-capped runs of this
+// suite take the portable path).
+TEST(MatmulBf16Test, MatchesTheReferenceOnRoundedActivations) {
+  ThreadPool pool(2);
+  for (const auto& [rows, cols] : kShapes) {
+    for (int64_t n : {1, 2, 3, 7, 17, 70}) {
+      const Bf16Matrix dense = random_bf16(rows, cols, static_cast<uint64_t>(rows + cols));
+      const WeightMatrix packed = pack_bf16_weight(dense.matrix);
+      const std::vector<float> x = random_activations(n, cols, static_cast<uint64_t>(n));
+      std::vector<float> fast(static_cast<size_t>(n * rows)), reference(fast.size()), unrounded(fast.size());
+      matmul(pool, x.data(), n, packed, fast.data());
+      matmul_reference(x.data(), n, packed, reference.data());
+      matmul_reference(x.data(), n, dense.matrix, unrounded.data());
+      const double tolerance = 2e-6 * std::sqrt(static_cast<double>(cols)) * 8.0;
+      double moved = 0;
+      for (size_t i = 0; i < fast.size(); ++i) {
+        ASSERT_NEAR(fast[i], reference[i], tolerance * (1.0 + std::fabs(reference[i])))
+            << "n=" << n << " rows=" << rows << " cols=" << cols << " i=" << i;
+        moved = std::max(moved, std::fabs(static_cast<double>(fast[i]) - unrounded[i]));
+      }
+      // The rounding is real: on wide rows it moves results beyond the fp32 tolerance.
+      if (cols >= 256) {
+        EXPECT_GT(moved, tolerance) << "cols=" << cols;
+      }
+    }
+  }
+}
+
+// A token's result is bitwise the same alone and among others (tiles of 1..6 tokens,
+// streamed or not, any thread split).
+TEST(MatmulBf16Test, ATokensResultDoesNotDependOnItsBatch) {
+  ThreadPool pool(2);
+  const Bf16Matrix dense = random_bf16(200, 333, 5);
+  const WeightMatrix packed = pack_bf16_weight(dense.matrix);
+  constexpr int64_t kTokens = 77;
+  const std::vector<float> x = random_activations(kTokens, 333, 6);
+  std::vector<float> together(static_cast<size_t>(kTokens * 200)), alone(200);
+  matmul(pool, x.data(), kTokens, packed, together.data());
+  for (int64_t t = 0; t < kTokens; ++t) {
+    matmul(pool, x.data() + t * 333, 1, packed, alone.data());
+    ASSERT_EQ(0, std::memcmp(alone.data(), together.data() + t * 200, alone.size() * sizeof(float))) << "token " << t;
+  }
+}
+
+}  // namespace
+}  // namespace ernie

@@ -101,10 +101,14 @@ ERNIE_VNNI_TARGET inline __m512 load_scales(const uint16_t* scales) {
 
 // MR tokens x NR panels (16 rows each): per block, exact int32 sums with vpdpbusd
 // (stored unsigned weights x signed activations), then one float multiply-add per
-// accumulator with the block's weight and activation scales.
-template <int MR, int NR>
+// accumulator with the block's weight and activation scales. vpdpbusd adds into its
+// accumulator, so one accumulator per (token, panel) is a chain of 32 dependent
+// instructions per block: small tiles (decode) spread each sum over kChains
+// accumulators added at the block's end, which changes nothing (integer sums are exact).
+template <int MR, int NR, bool kInt4>
 ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0, int64_t p0,
                                         float* y) {
+  constexpr int kChains = MR * NR >= 4 ? 1 : MR * NR >= 2 ? 2 : 4;
   __m512 total[MR][NR];
   for (int t = 0; t < MR; ++t)
     for (int j = 0; j < NR; ++j) total[t][j] = _mm512_setzero_ps();
@@ -117,53 +121,55 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
   for (int64_t b = 0; b < w.blocks; ++b) {
     // Each sum starts at minus the stored offset's contribution, so the integer result
     // comes out exact with no subtraction per accumulator afterwards.
-    __m512i sum[MR][NR];
+    __m512i sum[kChains][MR][NR];
     for (int t = 0; t < MR; ++t) {
       const __m512i start = _mm512_set1_epi32(-w.offset * x.sums[static_cast<size_t>((t0 + t) * w.blocks + b)]);
-      for (int j = 0; j < NR; ++j) sum[t][j] = start;
+      for (int j = 0; j < NR; ++j) {
+        sum[0][t][j] = start;
+        for (int c = 1; c < kChains; ++c) sum[c][t][j] = _mm512_setzero_si512();
+      }
     }
-    if (w.int4) {
-      for (int64_t q = b * w.group / 8; q < (b + 1) * w.group / 8; ++q) {
+    // Lines of the block, kChains at a time (a block holds 16 or 32 lines).
+    const int64_t lines_per_block = kInt4 ? w.group / 8 : w.group / 4;
+    for (int64_t q0 = b * lines_per_block; q0 < (b + 1) * lines_per_block; q0 += kChains) {
+      for (int c = 0; c < kChains; ++c) {
+        const int64_t q = q0 + c;
         __m512i lo[NR], hi[NR];
         for (int j = 0; j < NR; ++j) {
           if constexpr (MR == 1) _mm_prefetch(reinterpret_cast<const char*>(panel[j] + q * kLineBytes + kPrefetchBytes), _MM_HINT_T0);
           const __m512i line = _mm512_loadu_si512(panel[j] + q * kLineBytes);
-          lo[j] = _mm512_and_si512(line, low_nibbles);
-          hi[j] = _mm512_and_si512(_mm512_srli_epi16(line, 4), low_nibbles);
+          lo[j] = kInt4 ? _mm512_and_si512(line, low_nibbles) : line;
+          if constexpr (kInt4) hi[j] = _mm512_and_si512(_mm512_srli_epi16(line, 4), low_nibbles);
         }
         for (int t = 0; t < MR; ++t) {
-          int32_t first, second;
-          std::memcpy(&first, xrow[t] + 8 * q, 4);
-          std::memcpy(&second, xrow[t] + 8 * q + 4, 4);
-          const __m512i xa = _mm512_set1_epi32(first), xb = _mm512_set1_epi32(second);
-          for (int j = 0; j < NR; ++j) {
-            sum[t][j] = _mm512_dpbusd_epi32(sum[t][j], lo[j], xa);
-            sum[t][j] = _mm512_dpbusd_epi32(sum[t][j], hi[j], xb);
+          if constexpr (kInt4) {
+            int32_t first, second;
+            std::memcpy(&first, xrow[t] + 8 * q, 4);
+            std::memcpy(&second, xrow[t] + 8 * q + 4, 4);
+            const __m512i xa = _mm512_set1_epi32(first), xb = _mm512_set1_epi32(second);
+            for (int j = 0; j < NR; ++j) {
+              sum[c][t][j] = _mm512_dpbusd_epi32(sum[c][t][j], lo[j], xa);
+              sum[c][t][j] = _mm512_dpbusd_epi32(sum[c][t][j], hi[j], xb);
+            }
+          } else {
+            int32_t four;
+            std::memcpy(&four, xrow[t] + 4 * q, 4);
+            const __m512i xv = _mm512_set1_epi32(four);
+            for (int j = 0; j < NR; ++j) sum[c][t][j] = _mm512_dpbusd_epi32(sum[c][t][j], lo[j], xv);
           }
         }
       }
-    } else {
-      for (int64_t q = b * w.group / 4; q < (b + 1) * w.group / 4; ++q) {
-        __m512i line[NR];
-        for (int j = 0; j < NR; ++j) {
-          if constexpr (MR == 1) _mm_prefetch(reinterpret_cast<const char*>(panel[j] + q * kLineBytes + kPrefetchBytes), _MM_HINT_T0);
-          line[j] = _mm512_loadu_si512(panel[j] + q * kLineBytes);
-        }
-        for (int t = 0; t < MR; ++t) {
-          int32_t four;
-          std::memcpy(&four, xrow[t] + 4 * q, 4);
-          const __m512i xv = _mm512_set1_epi32(four);
-          for (int j = 0; j < NR; ++j) sum[t][j] = _mm512_dpbusd_epi32(sum[t][j], line[j], xv);
-        }
-      }
     }
+    for (int c = 1; c < kChains; ++c)
+      for (int t = 0; t < MR; ++t)
+        for (int j = 0; j < NR; ++j) sum[0][t][j] = _mm512_add_epi32(sum[0][t][j], sum[c][t][j]);
     __m512 wscale[NR];
     for (int j = 0; j < NR; ++j) wscale[j] = load_scales(w.block_scales(p0 + j, b));
     for (int t = 0; t < MR; ++t) {
       const int64_t at = (t0 + t) * w.blocks + b;
       const __m512 xscale = _mm512_set1_ps(x.scales[static_cast<size_t>(at)]);
       for (int j = 0; j < NR; ++j)
-        total[t][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][j]), _mm512_mul_ps(wscale[j], xscale), total[t][j]);
+        total[t][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[0][t][j]), _mm512_mul_ps(wscale[j], xscale), total[t][j]);
     }
   }
   for (int j = 0; j < NR; ++j) {
@@ -174,14 +180,21 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
   }
 }
 
+template <int MR, int NR>
+ERNIE_VNNI_TARGET inline void vnni_tile_format(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0,
+                                               int64_t p0, float* y) {
+  if (w.int4) vnni_tile<MR, NR, true>(x, w, t0, p0, y);
+  else vnni_tile<MR, NR, false>(x, w, t0, p0, y);
+}
+
 template <int MR>
 ERNIE_VNNI_TARGET inline void vnni_tile_panels(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0,
                                                int64_t p0, int nr, float* y) {
   switch (nr) {
-    case 4: vnni_tile<MR, 4>(x, w, t0, p0, y); break;
-    case 3: vnni_tile<MR, 3>(x, w, t0, p0, y); break;
-    case 2: vnni_tile<MR, 2>(x, w, t0, p0, y); break;
-    default: vnni_tile<MR, 1>(x, w, t0, p0, y); break;
+    case 4: vnni_tile_format<MR, 4>(x, w, t0, p0, y); break;
+    case 3: vnni_tile_format<MR, 3>(x, w, t0, p0, y); break;
+    case 2: vnni_tile_format<MR, 2>(x, w, t0, p0, y); break;
+    default: vnni_tile_format<MR, 1>(x, w, t0, p0, y); break;
   }
 }
 

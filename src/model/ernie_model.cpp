@@ -128,7 +128,11 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
     }
   }
   // bf16 products read the bf16 weights in their own layout: repacked once, here.
-  if (bf16_products_active()) pack_bf16_weights(weights, pool);
+  if (bf16_products_active()) {
+    Stopwatch pack_time;
+    if (const int packed = pack_bf16_weights(weights, pool); packed > 0)
+      log_info(packed, " bf16 weight matrices repacked for bf16 products (AVX512-BF16) in ", pack_time.seconds(), " s");
+  }
   report.weight_bytes = resident_weight_bytes(weights);
   auto model = std::make_unique<ErnieModel>(std::move(config), std::move(checkpoint), std::move(weights), pool,
                                             quantization.kv_cache, shard, communicator);

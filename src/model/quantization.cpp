@@ -221,7 +221,9 @@ int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, Thread
   return kept;
 }
 
-void pack_bf16_weights(ErnieWeights& weights, ThreadPool& pool) {
+int pack_bf16_weights(ErnieWeights& weights, ThreadPool& pool) {
+  int packed = 0;
+  for_each_linear(weights, [&](const WeightMatrix& matrix, LinearRole) { packed += can_pack_bf16(matrix) ? 1 : 0; });
   QuantizationPlan plan;
   plan.dense = plan.experts = plan.head = WeightFormat::kBf16Packed;
   quantize_weights(weights, plan, pool);  // weights that are not bf16 stay as they are
@@ -237,6 +239,7 @@ void pack_bf16_weights(ErnieWeights& weights, ThreadPool& pool) {
       release_mapped_pages(source);
     }
   });
+  return packed + static_cast<int>(tower.size());
 }
 
 std::vector<WeightMatrix*> linear_weights(ErnieWeights& weights) {

@@ -54,8 +54,9 @@ QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& c
 int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool, bool report_progress = false);
 
 // Repacks every bf16 weight matrix (Linears and the vision tower) for bf16 products
-// (kernels/matmul_bf16.h); the loader does it when bf16_products_active().
-void pack_bf16_weights(ErnieWeights& weights, ThreadPool& pool);
+// (kernels/matmul_bf16.h); the loader does it when bf16_products_active(). Returns how
+// many it packed.
+int pack_bf16_weights(ErnieWeights& weights, ThreadPool& pool);
 
 // Gives the pages of a zero-copy view of the checkpoint mapping back to the kernel once
 // a copy replaces it (they were read making the copy and would stay in the process's RSS;

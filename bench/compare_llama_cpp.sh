@@ -3,7 +3,8 @@
 # the same machine, in one run, alternating the engines so all see the same machine state:
 # pp512 and tg128 per weight format, and ernie's decode roofline (the read bandwidth
 # measured right before and after its tests over the weight bytes it reads per token;
-# `ernie bench` reports it).
+# `ernie bench` reports it). The roofline share is the median over rounds of each round's
+# tg128 over that round's roofline.
 #
 # Usage: bench/compare_llama_cpp.sh ERNIE_MODEL_DIR LLAMA_BENCH GGUF_DIR [ROUNDS]
 #   ERNIE_MODEL_DIR  checkpoint made by `ernie synth --preset 0.3b`
@@ -62,6 +63,9 @@ done
 
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 column() { awk -v e="$1" -v q="$2" -v c="$3" '$1 == e && $2 == q { print $c }' "$results" | median; }
+# ernie's decode as a share of the roofline measured in the same round, median over rounds
+# (the bandwidth moves between rounds on a shared host; a round's own pair is steadier).
+roofline_share() { awk -v q="$1" '$1 == "ernie" && $2 == q && $5 > 0 { print 100 * $4 / $5 }' "$results" | median; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0 && b != "nan") printf "%.2f×", a / b; else print "-" }'; }
 # A value with D decimals, or - for an engine that was not run.
 num() { awk -v d="$1" -v v="$2" 'BEGIN { if (v == "nan" || v == "") print "-"; else printf "%.*f", d, v }'; }
@@ -77,7 +81,7 @@ for pair in "${formats[@]}"; do
     "$1" "$2" "$(num 0 "$epp")" "$(num 0 "$lpp")" "$(num 0 "$ipp")" "$(ratio "$epp" "$ipp")" \
     "$(num 1 "$etg")" "$(num 1 "$ltg")" "$(num 1 "$itg")" "$(ratio "$etg" "$itg")" \
     "$(num 1 "$roof")" "$(num 0 "$(awk -v b="$bytes" 'BEGIN { print b / 1e6 }')")" \
-    "$(num 0 "$(awk -v a="$etg" -v b="$roof" 'BEGIN { print 100 * a / b }')")"
+    "$(num 0 "$(roofline_share "$1")")"
 done
 
 if [[ -n ${LLAMA_PERPLEXITY:-} && -n ${KJV_GGUF_DIR:-} ]]; then

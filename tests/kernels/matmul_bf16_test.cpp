@@ -9,36 +9,15 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/quantize.h"
+#include "kernels/random_operands.h"
 #include "util/error.h"
-#include "util/random.h"
 
 namespace ernie {
 namespace {
 
-// A random dense bf16 matrix [rows, cols] that owns its bits.
-struct Bf16Matrix {
-  std::vector<uint16_t> bits;
-  WeightMatrix matrix;
-};
-
-Bf16Matrix random_bf16(int64_t rows, int64_t cols, uint64_t seed) {
-  Random random(seed);
-  Bf16Matrix m;
-  m.bits.resize(static_cast<size_t>(rows * cols));
-  for (uint16_t& b : m.bits) b = f32_to_bf16(static_cast<float>(random.normal() * 0.5));
-  m.matrix.dtype = DType::kBF16;
-  m.matrix.rows = rows;
-  m.matrix.cols = cols;
-  m.matrix.data = m.bits.data();
-  return m;
-}
-
-std::vector<float> random_activations(int64_t n, int64_t cols, uint64_t seed) {
-  Random random(seed);
-  std::vector<float> x(static_cast<size_t>(n * cols));
-  for (float& v : x) v = static_cast<float>(random.normal());
-  return x;
-}
+using testing::OwnedDense;
+using testing::random_activations;
+using testing::random_bf16;
 
 // Shapes around every boundary of the layout: odd inputs (a padded pair), rows short of
 // a group, of a panel, and several panels with a short last one.
@@ -47,7 +26,7 @@ constexpr std::tuple<int64_t, int64_t> kShapes[] = {{1, 1}, {7, 33}, {16, 2}, {1
 
 TEST(MatmulBf16Test, PackingKeepsEveryValue) {
   for (const auto& [rows, cols] : kShapes) {
-    const Bf16Matrix dense = random_bf16(rows, cols, static_cast<uint64_t>(rows * 1000 + cols));
+    const OwnedDense dense = random_bf16(rows, cols, static_cast<uint64_t>(rows * 1000 + cols));
     const WeightMatrix packed = pack_bf16_weight(dense.matrix);
     EXPECT_EQ(packed.format, WeightFormat::kBf16Packed);
     EXPECT_EQ(weight_bytes(packed), packed_bf16_bytes(rows, cols));
@@ -61,7 +40,7 @@ TEST(MatmulBf16Test, PackingKeepsEveryValue) {
 }
 
 TEST(MatmulBf16Test, OnlyDenseBf16Packs) {
-  Bf16Matrix dense = random_bf16(4, 64, 1);
+  OwnedDense dense = random_bf16(4, 64, 1);
   EXPECT_TRUE(can_quantize(dense.matrix, WeightFormat::kBf16Packed));
   WeightMatrix f32 = dense.matrix;
   f32.dtype = DType::kF32;
@@ -72,7 +51,7 @@ TEST(MatmulBf16Test, OnlyDenseBf16Packs) {
 // A packed matrix quantizes to exactly what its dense form does (the MTP draft head is
 // made from the packed LM head).
 TEST(MatmulBf16Test, QuantizingAPackedMatrixEqualsQuantizingItsSource) {
-  const Bf16Matrix dense = random_bf16(40, 128, 3);
+  const OwnedDense dense = random_bf16(40, 128, 3);
   const WeightMatrix packed = pack_bf16_weight(dense.matrix);
   for (WeightFormat format : {WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kFp8}) {
     EXPECT_EQ(dequantize_weight(quantize_weight(packed, format)), dequantize_weight(quantize_weight(dense.matrix, format)))
@@ -88,7 +67,7 @@ TEST(MatmulBf16Test, MatchesTheReferenceOnRoundedActivations) {
   ThreadPool pool(2);
   for (const auto& [rows, cols] : kShapes) {
     for (int64_t n : {1, 2, 3, 7, 17, 70}) {
-      const Bf16Matrix dense = random_bf16(rows, cols, static_cast<uint64_t>(rows + cols));
+      const OwnedDense dense = random_bf16(rows, cols, static_cast<uint64_t>(rows + cols));
       const WeightMatrix packed = pack_bf16_weight(dense.matrix);
       const std::vector<float> x = random_activations(n, cols, static_cast<uint64_t>(n));
       std::vector<float> fast(static_cast<size_t>(n * rows)), reference(fast.size()), unrounded(fast.size());
@@ -114,7 +93,7 @@ TEST(MatmulBf16Test, MatchesTheReferenceOnRoundedActivations) {
 // streamed or not, any thread split).
 TEST(MatmulBf16Test, ATokensResultDoesNotDependOnItsBatch) {
   ThreadPool pool(2);
-  const Bf16Matrix dense = random_bf16(200, 333, 5);
+  const OwnedDense dense = random_bf16(200, 333, 5);
   const WeightMatrix packed = pack_bf16_weight(dense.matrix);
   constexpr int64_t kTokens = 77;
   const std::vector<float> x = random_activations(kTokens, 333, 6);

@@ -77,8 +77,10 @@ ERNIE_BF16_TARGET void round_rows_avx512(const float* x, int64_t n, int64_t k, i
 }
 
 // T tokens x G groups of 16 rows: T·G accumulators, and per input pair G weight loads
-// and T broadcasts for T·G vdpbf16ps. Decode (streaming) prefetches the panel ahead of
-// the hardware prefetcher's reach.
+// and T broadcasts for T·G vdpbf16ps. Decode (streaming) prefetches the panel 4 KiB
+// ahead, non-temporally: each weight line is read once per token (on the 0.3B shape,
+// 91% of the roofline measured in the same run against 86% with _MM_HINT_T0, medians of
+// 5 alternating runs).
 template <int T, int G>
 ERNIE_BF16_TARGET void packed_tile(const uint16_t* panel, int64_t pairs, const uint32_t* const* x, float* const* y,
                                    int64_t first_row, int64_t valid_rows, bool streaming) {
@@ -90,7 +92,7 @@ ERNIE_BF16_TARGET void packed_tile(const uint16_t* panel, int64_t pairs, const u
   for (int64_t j = 0; j < pairs; ++j, w += kStep) {
     __m512bh wv[G];
     for (int g = 0; g < G; ++g) {
-      if (streaming) _mm_prefetch(reinterpret_cast<const char*>(w + g * 32 + 16 * kStep), _MM_HINT_T0);
+      if (streaming) _mm_prefetch(reinterpret_cast<const char*>(w + g * 32 + 16 * kStep), _MM_HINT_NTA);
       wv[g] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + g * 32));
     }
     for (int t = 0; t < T; ++t) {

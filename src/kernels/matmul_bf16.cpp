@@ -1,7 +1,9 @@
 #include "kernels/matmul_bf16.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu_features.h"
@@ -203,8 +205,13 @@ WeightMatrix pack_bf16_weight(const WeightMatrix& dense) {
     fail("cannot pack a ", dense.rows, "x", dense.cols, " ", dense.dense() ? safetensors_dtype_name(dense.dtype) : "quantized",
          " weight for bf16 products: only dense bf16 weights can be");
   const int64_t rows = dense.rows, cols = dense.cols, kp = even_cols(cols);
-  auto owned = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(padded_rows(rows) * kp), uint16_t{0});
-  uint16_t* out = owned->data();
+  // 64-byte aligned, so no 64-byte load of a panel straddles two cache lines (a large
+  // std::vector sits 16 bytes into its pages).
+  const size_t bytes = packed_bf16_bytes(rows, cols);
+  auto* out = static_cast<uint16_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  if (out == nullptr) fail("out of memory packing a ", rows, "x", cols, " weight for bf16 products");
+  std::memset(out, 0, bytes);
+  const std::shared_ptr<uint16_t> owned(out, [](uint16_t* p) { std::free(p); });
   for (int64_t r = 0; r < rows; ++r) {
     const auto* row = reinterpret_cast<const uint16_t*>(dense.row(r));
     for (int64_t j = 0; j < kp / 2; ++j) {
@@ -215,8 +222,8 @@ WeightMatrix pack_bf16_weight(const WeightMatrix& dense) {
   }
   WeightMatrix packed = dense;
   packed.format = WeightFormat::kBf16Packed;
-  packed.data = owned->data();
-  packed.storage = std::shared_ptr<const void>(owned, owned->data());
+  packed.data = out;
+  packed.storage = owned;
   return packed;
 }
 

@@ -334,11 +334,9 @@ void ErnieModel::prepare_mtp() {
   // A draft only needs the argmax of the MTP logits, so their vocabulary projection runs
   // on an int8 copy of the head when the head itself is wider (half the bytes to read at
   // bf16): a rare argmax that rounding moves costs one rejected draft, never a wrong token.
-  const WeightMatrix& head = weights_.lm_head;
-  const bool float_head = head.dense() || head.format == WeightFormat::kBf16Packed;
-  if (mtp_head_ || weights_.mtp.empty() || !float_head || !can_quantize(head, WeightFormat::kInt8))
-    return;
-  mtp_head_ = std::make_unique<WeightMatrix>(quantize_weight(head, WeightFormat::kInt8));
+  // can_quantize holds only for a float head (dense, or bf16 packed for bf16 products).
+  if (mtp_head_ || weights_.mtp.empty() || !can_quantize(weights_.lm_head, WeightFormat::kInt8)) return;
+  mtp_head_ = std::make_unique<WeightMatrix>(quantize_weight(weights_.lm_head, WeightFormat::kInt8));
 }
 
 std::span<const float> ErnieModel::last_hidden_states() const {

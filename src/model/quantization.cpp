@@ -180,22 +180,20 @@ void release_mapped_pages(const WeightMatrix& view) {
   release_mapped_range(view.data, static_cast<size_t>(view.rows) * view.row_bytes());
 }
 
-int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool, bool report_progress) {
-  std::vector<std::pair<WeightMatrix*, WeightFormat>> work;
-  for_each_linear(weights, [&](WeightMatrix& matrix, LinearRole role) {
-    const WeightFormat format = role == LinearRole::kDense    ? plan.dense
-                                : role == LinearRole::kExpert ? plan.experts
-                                                              : plan.head;
-    // Linears a pre-quantized checkpoint already holds packed stay as they are.
-    // Expert parallelism leaves other ranks' experts empty.
-    if (format != WeightFormat::kDense && matrix.dense() && !matrix.empty()) work.push_back({&matrix, format});
-  });
+namespace {
+
+using Conversions = std::vector<std::pair<WeightMatrix*, WeightFormat>>;
+
+// Replaces each matrix by its copy in the paired format (in parallel) and gives a
+// zero-copy source's mapped pages back. Returns how many the format cannot hold (they
+// stay as they are). `progress_label`: bytes converted so far on stderr, when set.
+int convert_weights(const ErnieWeights& weights, Conversions& work, ThreadPool& pool, const char* progress_label) {
   std::vector<char> kept_dense(work.size(), 0);
   std::optional<ByteProgress> progress;
-  if (report_progress) {
+  if (progress_label != nullptr) {
     uint64_t total = 0;
     for (const auto& [matrix, format] : work) total += weight_bytes(*matrix);
-    progress.emplace("quantizing weights", total);
+    progress.emplace(progress_label, total);
   }
   pool.parallel_for(work.size(), 1, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
@@ -221,25 +219,31 @@ int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, Thread
   return kept;
 }
 
+}  // namespace
+
+int quantize_weights(ErnieWeights& weights, const QuantizationPlan& plan, ThreadPool& pool, bool report_progress) {
+  Conversions work;
+  for_each_linear(weights, [&](WeightMatrix& matrix, LinearRole role) {
+    const WeightFormat format = role == LinearRole::kDense    ? plan.dense
+                                : role == LinearRole::kExpert ? plan.experts
+                                                              : plan.head;
+    // Linears a pre-quantized checkpoint already holds packed stay as they are.
+    // Expert parallelism leaves other ranks' experts empty.
+    if (format != WeightFormat::kDense && matrix.dense() && !matrix.empty()) work.push_back({&matrix, format});
+  });
+  return convert_weights(weights, work, pool, report_progress ? "quantizing weights" : nullptr);
+}
+
 int pack_bf16_weights(ErnieWeights& weights, ThreadPool& pool) {
-  int packed = 0;
-  for_each_linear(weights, [&](const WeightMatrix& matrix, LinearRole) { packed += can_pack_bf16(matrix) ? 1 : 0; });
-  QuantizationPlan plan;
-  plan.dense = plan.experts = plan.head = WeightFormat::kBf16Packed;
-  quantize_weights(weights, plan, pool);  // weights that are not bf16 stay as they are
-  // The vision tower is not quantized, but it is multiplied alike.
-  std::vector<WeightMatrix*> tower;
-  for_each_vision_matrix(weights, [&](WeightMatrix& matrix) {
-    if (can_pack_bf16(matrix)) tower.push_back(&matrix);
-  });
-  pool.parallel_for(tower.size(), 1, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) {
-      const WeightMatrix source = *tower[i];
-      *tower[i] = pack_bf16_weight(source);
-      release_mapped_pages(source);
-    }
-  });
-  return packed + static_cast<int>(tower.size());
+  // Every bf16 Linear, and the vision tower (not quantized, but multiplied alike).
+  Conversions work;
+  const auto add = [&](WeightMatrix& matrix) {
+    if (can_pack_bf16(matrix)) work.push_back({&matrix, WeightFormat::kBf16Packed});
+  };
+  for_each_linear(weights, [&](WeightMatrix& matrix, LinearRole) { add(matrix); });
+  for_each_vision_matrix(weights, add);
+  convert_weights(weights, work, pool, nullptr);
+  return static_cast<int>(work.size());
 }
 
 std::vector<WeightMatrix*> linear_weights(ErnieWeights& weights) {

@@ -10,6 +10,7 @@
 #include "kernels/matmul.h"
 #include "kernels/x86_intrinsics.h"
 #include "util/error.h"
+#include "util/weight_buffer.h"
 
 namespace ernie {
 namespace {
@@ -207,11 +208,9 @@ WeightMatrix pack_bf16_weight(const WeightMatrix& dense) {
   const int64_t rows = dense.rows, cols = dense.cols, kp = even_cols(cols);
   // 64-byte aligned, so no 64-byte load of a panel straddles two cache lines (a large
   // std::vector sits 16 bytes into its pages).
-  const size_t bytes = packed_bf16_bytes(rows, cols);
-  auto* out = static_cast<uint16_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-  if (out == nullptr) fail("out of memory packing a ", rows, "x", cols, " weight for bf16 products");
-  std::memset(out, 0, bytes);
-  const std::shared_ptr<uint16_t> owned(out, [](uint16_t* p) { std::free(p); });
+  const std::shared_ptr<uint8_t> owned = allocate_weight_buffer(packed_bf16_bytes(rows, cols));
+  if (owned == nullptr) fail("out of memory packing a ", rows, "x", cols, " weight for bf16 products");
+  auto* out = reinterpret_cast<uint16_t*>(owned.get());
   for (int64_t r = 0; r < rows; ++r) {
     const auto* row = reinterpret_cast<const uint16_t*>(dense.row(r));
     for (int64_t j = 0; j < kp / 2; ++j) {

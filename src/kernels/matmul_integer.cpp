@@ -238,103 +238,151 @@ ERNIE_VNNI_TARGET void panels_vnni(const QuantizedActivations& x, const IntegerW
 #if defined(__x86_64__)
 #define ERNIE_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 
-// AVX2 has no vpdpbusd; vpmaddubsw + vpmaddwd give the same 4-byte dot products. The
-// pair sums saturate at 16 bits, so int8 weights (stored + 128) go in as their signed
-// value's magnitude with its sign moved onto the activation: |w| * |x| <= 127 * 127, a
-// pair stays below 32767, and the sum is Σ w·x with no offset to remove. int4 codes
-// (0..15) go in as they are: 15 * 127 * 2 fits.
-ERNIE_AVX2_TARGET inline __m256i dot4_avx2(__m256i acc, __m256i weights, __m256i x, bool signed_int8) {
-  __m256i pairs;
-  if (signed_int8) {
-    const __m256i w = _mm256_xor_si256(weights, _mm256_set1_epi8(static_cast<char>(0x80)));
-    pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-  } else {
-    pairs = _mm256_maddubs_epi16(weights, x);
-  }
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-}
-
-// MR tokens x one panel, as two halves of 8 rows (a 64-byte line is two 32-byte halves).
-template <int MR>
+// AVX2 has no vpdpbusd; vpmaddubsw (unsigned x signed bytes, adjacent pairs summed to
+// int16 with saturation) and vpmaddwd against ones (int16 pairs to int32) do the same
+// 4-byte dot products. A 64-byte line is two 32-byte halves of 8 rows; a tile is MR
+// tokens x NH halves, each half's values loaded once for all MR tokens.
+//  - int8 (stored + 128): the flipped byte is the signed weight; its magnitude goes in as
+//    the unsigned operand and its sign moves onto the activation, so a pair is at most
+//    2 * 127 * 127 and never saturates, and the sum is exact with no offset to remove.
+//  - int4 codes (0..15) go in as they are, and a block's 4 lines are summed in 16 bits
+//    (8 vpmaddubsw of at most 2 * 15 * 127 each: 30480 < 32767) before one vpmaddwd
+//    widens them: a quarter of int8's widening work per product. The codes carry 8 * Σx
+//    per block, removed at the block's end.
+template <int MR, int NH, bool kInt4>
 ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0, int64_t p,
-                                        float* y) {
-  __m256 total[MR][2];
-  for (int t = 0; t < MR; ++t) total[t][0] = total[t][1] = _mm256_setzero_ps();
-  const uint8_t* panel = w.data + p * w.panel_bytes;
-  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
-  // int8 sums come out exact (no offset); int4 sums carry 8 * Σx per block.
-  const int32_t offset = w.int4 ? 8 : 0;
+                                        int h0, float* y) {
+  // Blocks of kIntegerGroup inputs (panels_avx2 takes no other size): 4 int4 lines, whose
+  // 8 vpmaddubsw fit a 16-bit sum, or 8 int8 lines.
+  constexpr int64_t kLines = kInt4 ? kIntegerGroup / 8 : kIntegerGroup / 4;
+  static_assert(!kInt4 || 2 * kLines * 2 * 15 * 127 <= 32767, "int4 16-bit block sums must not saturate");
+  __m256 total[MR][NH];
+  for (int t = 0; t < MR; ++t)
+    for (int h = 0; h < NH; ++h) total[t][h] = _mm256_setzero_ps();
+  const int8_t* xrow[MR];
+  const float* xscale[MR];
+  const int32_t* xsum[MR];
+  for (int t = 0; t < MR; ++t) {
+    xrow[t] = x.values.data() + (t0 + t) * x.cols;
+    xscale[t] = x.scales.data() + (t0 + t) * w.blocks;
+    xsum[t] = x.sums.data() + (t0 + t) * w.blocks;
+  }
+  const uint8_t* line = w.data + p * w.panel_bytes + 32 * h0;
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < w.blocks; ++b) {
-    __m256i sum[MR][2];
-    // Starting at minus the offset's contribution, as the VNNI tile does.
+    __m256i sum[MR][NH];
     for (int t = 0; t < MR; ++t)
-      sum[t][0] = sum[t][1] = _mm256_set1_epi32(-offset * x.sums[static_cast<size_t>((t0 + t) * w.blocks + b)]);
-    if (w.int4) {
-      for (int64_t q = b * w.group / 8; q < (b + 1) * w.group / 8; ++q) {
-        __m256i lo[2], hi[2];
-        if constexpr (MR == 1) _mm_prefetch(reinterpret_cast<const char*>(panel + q * kLineBytes + kPrefetchBytes), _MM_HINT_T0);
-        for (int h = 0; h < 2; ++h) {
-          const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + q * kLineBytes + 32 * h));
+      for (int h = 0; h < NH; ++h) sum[t][h] = _mm256_setzero_si256();
+    if constexpr (kInt4) {
+      const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 2
+      for (int64_t i = 0; i < kLines; ++i, line += kLineBytes) {
+        if constexpr (NH == 2) _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchBytes), _MM_HINT_T0);
+        __m256i lo[NH], hi[NH];
+        for (int h = 0; h < NH; ++h) {
+          const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line + 32 * h));
           lo[h] = _mm256_and_si256(half, low_nibbles);
           hi[h] = _mm256_and_si256(_mm256_srli_epi16(half, 4), low_nibbles);
         }
+        const int64_t k = 8 * (b * kLines + i);
         for (int t = 0; t < MR; ++t) {
-          const int8_t* xr = x.values.data() + (t0 + t) * x.cols + 8 * q;
           int32_t first, second;
-          std::memcpy(&first, xr, 4);
-          std::memcpy(&second, xr + 4, 4);
+          std::memcpy(&first, xrow[t] + k, 4);
+          std::memcpy(&second, xrow[t] + k + 4, 4);
           const __m256i xa = _mm256_set1_epi32(first), xb = _mm256_set1_epi32(second);
-          for (int h = 0; h < 2; ++h) sum[t][h] = dot4_avx2(dot4_avx2(sum[t][h], lo[h], xa, false), hi[h], xb, false);
+          for (int h = 0; h < NH; ++h) {
+            const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], xa), _mm256_maddubs_epi16(hi[h], xb));
+            sum[t][h] = _mm256_add_epi16(sum[t][h], pairs);
+          }
         }
       }
+      for (int t = 0; t < MR; ++t) {
+        const __m256i offset = _mm256_set1_epi32(8 * xsum[t][b]);
+        for (int h = 0; h < NH; ++h) sum[t][h] = _mm256_sub_epi32(_mm256_madd_epi16(sum[t][h], ones), offset);
+      }
     } else {
-      for (int64_t q = b * w.group / 4; q < (b + 1) * w.group / 4; ++q) {
-        __m256i half[2];
-        if constexpr (MR == 1) _mm_prefetch(reinterpret_cast<const char*>(panel + q * kLineBytes + kPrefetchBytes), _MM_HINT_T0);
-        for (int h = 0; h < 2; ++h)
-          half[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + q * kLineBytes + 32 * h));
+      const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 2
+      for (int64_t i = 0; i < kLines; ++i, line += kLineBytes) {
+        if constexpr (NH == 2) _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchBytes), _MM_HINT_T0);
+        __m256i value[NH], magnitude[NH];
+        for (int h = 0; h < NH; ++h) {
+          value[h] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(line + 32 * h)), flip);
+          magnitude[h] = _mm256_abs_epi8(value[h]);
+        }
+        const int64_t k = 4 * (b * kLines + i);
         for (int t = 0; t < MR; ++t) {
           int32_t four;
-          std::memcpy(&four, x.values.data() + (t0 + t) * x.cols + 4 * q, 4);
+          std::memcpy(&four, xrow[t] + k, 4);
           const __m256i xv = _mm256_set1_epi32(four);
-          for (int h = 0; h < 2; ++h) sum[t][h] = dot4_avx2(sum[t][h], half[h], xv, true);
+          for (int h = 0; h < NH; ++h) {
+            const __m256i products = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude[h], _mm256_sign_epi8(xv, value[h])), ones);
+            sum[t][h] = _mm256_add_epi32(sum[t][h], products);
+          }
         }
       }
     }
+    __m256 wscale[NH];
+    for (int h = 0; h < NH; ++h)
+      wscale[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.block_scales(p, b) + 8 * (h0 + h))));
     for (int t = 0; t < MR; ++t) {
-      const int64_t at = (t0 + t) * w.blocks + b;
-      const __m256 xscale = _mm256_set1_ps(x.scales[static_cast<size_t>(at)]);
-      for (int h = 0; h < 2; ++h) {
-        const __m256 wscale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.block_scales(p, b) + 8 * h)));
-        total[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t][h]), _mm256_mul_ps(wscale, xscale), total[t][h]);
-      }
+      const __m256 scale = _mm256_set1_ps(xscale[t][b]);
+      for (int h = 0; h < NH; ++h)
+        total[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t][h]), _mm256_mul_ps(wscale[h], scale), total[t][h]);
     }
   }
-  const int64_t first_row = p * kQuantPanelRows;
-  const int64_t valid = std::min(kQuantPanelRows, w.rows - first_row);
-  for (int t = 0; t < MR; ++t) {
-    float* out = y + (t0 + t) * w.rows + first_row;
-    if (valid == kQuantPanelRows) {
-      _mm256_storeu_ps(out, total[t][0]);
-      _mm256_storeu_ps(out + 8, total[t][1]);
-    } else {
-      alignas(32) float rows[kQuantPanelRows];
-      _mm256_store_ps(rows, total[t][0]);
-      _mm256_store_ps(rows + 8, total[t][1]);
-      std::memcpy(out, rows, static_cast<size_t>(valid) * sizeof(float));
+  for (int h = 0; h < NH; ++h) {
+    const int64_t first_row = p * kQuantPanelRows + 8 * (h0 + h);
+    const int64_t valid = std::min<int64_t>(8, w.rows - first_row);
+    if (valid <= 0) break;
+    for (int t = 0; t < MR; ++t) {
+      float* out = y + (t0 + t) * w.rows + first_row;
+      if (valid == 8) {
+        _mm256_storeu_ps(out, total[t][h]);
+      } else {
+        alignas(32) float rows[8];
+        _mm256_store_ps(rows, total[t][h]);
+        std::memcpy(out, rows, static_cast<size_t>(valid) * sizeof(float));
+      }
     }
   }
 }
 
+template <int MR, int NH>
+ERNIE_AVX2_TARGET inline void avx2_tile_format(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0,
+                                               int64_t p, int h0, float* y) {
+  if (w.int4) avx2_tile<MR, NH, true>(x, w, t0, p, h0, y);
+  else avx2_tile<MR, NH, false>(x, w, t0, p, h0, y);
+}
+
+// Few tokens: whole panels (both halves), one sequential stream per thread. Many tokens:
+// 4 tokens x one half at a time (16 of the 16 ymm registers), the panel re-read from L1
+// for the second half and for every 4 tokens.
 ERNIE_AVX2_TARGET void panels_avx2(const QuantizedActivations& x, const IntegerWeight& w, int64_t panel_begin,
                                    int64_t panel_end, float* y) {
-  const int64_t chunk = std::clamp<int64_t>((256 * 1024 / x.cols) / 2 * 2, 2, 256);
+  if (w.group != kIntegerGroup) return panels_portable(x, w, panel_begin, panel_end, y);
+  if (x.n < 4) {
+    for (int64_t p = panel_begin; p < panel_end; ++p) {
+      int64_t t = 0;
+      for (; t + 2 <= x.n; t += 2) avx2_tile_format<2, 2>(x, w, t, p, 0, y);
+      if (t < x.n) avx2_tile_format<1, 2>(x, w, t, p, 0, y);
+    }
+    return;
+  }
+  const int64_t chunk = std::clamp<int64_t>((256 * 1024 / x.cols) / 4 * 4, 4, 256);
   for (int64_t c0 = 0; c0 < x.n; c0 += chunk) {
     const int64_t c1 = std::min(x.n, c0 + chunk);
     for (int64_t p = panel_begin; p < panel_end; ++p) {
-      int64_t t = c0;
-      for (; t + 2 <= c1; t += 2) avx2_tile<2>(x, w, t, p, y);
-      if (t < c1) avx2_tile<1>(x, w, t, p, y);
+      for (int h = 0; h < 2; ++h) {
+        int64_t t = c0;
+        for (; t + 4 <= c1; t += 4) avx2_tile_format<4, 1>(x, w, t, p, h, y);
+        switch (c1 - t) {
+          case 3: avx2_tile_format<3, 1>(x, w, t, p, h, y); break;
+          case 2: avx2_tile_format<2, 1>(x, w, t, p, h, y); break;
+          case 1: avx2_tile_format<1, 1>(x, w, t, p, h, y); break;
+          default: break;
+        }
+      }
     }
   }
 }

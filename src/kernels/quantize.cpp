@@ -13,6 +13,7 @@
 #include "kernels/wint2.h"
 #include "kernels/x86_intrinsics.h"
 #include "util/error.h"
+#include "util/weight_buffer.h"
 
 namespace ernie {
 namespace {
@@ -34,13 +35,11 @@ struct OwnedBytes {
 OwnedBytes allocate(size_t value_bytes, size_t scale_bytes) {
   const size_t value_space = (value_bytes + 63) / 64 * 64;
   const size_t total = value_space + scale_bytes;
-  auto* raw = static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64));
-  if (raw == nullptr) fail("out of memory quantizing a weight of ", total, " bytes");
-  std::memset(raw, 0, total);
   OwnedBytes owned;
-  owned.bytes = std::shared_ptr<uint8_t>(raw, [](uint8_t* p) { std::free(p); });
-  owned.data = raw;
-  owned.scales = raw + value_space;
+  owned.bytes = allocate_weight_buffer(total);
+  if (owned.bytes == nullptr) fail("out of memory quantizing a weight of ", total, " bytes");
+  owned.data = owned.bytes.get();
+  owned.scales = owned.data + value_space;
   return owned;
 }
 

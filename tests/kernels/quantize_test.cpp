@@ -144,6 +144,31 @@ TEST_P(QuantizedMatmulTest, MatchesTheReferenceOnOddShapes) {
   }
 }
 
+// The largest codes against the largest activations: whole blocks of +-1 weights (int8
+// +-127, int4 code 15 or 0) times blocks of +-1 inputs (+-127), where a kernel that sums
+// in 16 bits (AVX2's vpmaddubsw path) would saturate if it summed too long.
+TEST_P(QuantizedMatmulTest, ExtremeCodesDoNotSaturate) {
+  ThreadPool pool(2);
+  const int64_t n = 6, rows = 32, cols = 256;
+  OwnedDense dense = random_bf16(rows, cols, 1);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k)
+      dense.bits[static_cast<size_t>(r * cols + k)] = f32_to_bf16(((r + k / 32) % 3 == 0) ? -1.0f : 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t k = 0; k < cols; ++k) x[static_cast<size_t>(t * cols + k)] = ((t + k / 64) % 4 == 0) ? -1.0f : 1.0f;
+  const WeightMatrix q = quantize_weight(dense.matrix, GetParam());
+  std::vector<float> fast(static_cast<size_t>(n * rows)), reference(fast.size());
+  matmul(pool, x.data(), n, q, fast.data());
+  matmul_reference(x.data(), n, q, reference.data());
+  double largest = 0;
+  for (size_t i = 0; i < fast.size(); ++i) {
+    ASSERT_NEAR(fast[i], reference[i], 1e-4 * (1.0 + std::fabs(reference[i]))) << weight_format_name(GetParam()) << " i=" << i;
+    largest = std::max(largest, std::fabs(static_cast<double>(reference[i])));
+  }
+  EXPECT_GT(largest, 100.0) << "the operands must add up, not cancel";
+}
+
 // Quantized products stay close to the bf16 product: relative RMS error bounds that
 // follow from the step sizes (int8 ~0.5%, fp8 ~3%, int4 group-wise ~10% on Gaussian data).
 TEST_P(QuantizedMatmulTest, StaysCloseToTheBf16Product) {

@@ -59,9 +59,10 @@ void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y
 void reserve_matmul_scratch(int64_t max_cols);
 
 // bf16 weights times activations rounded to bf16 (AVX512-BF16's vdpbf16ps, fp32
-// accumulation), twice the float peak, as llama.cpp's BF16 and the reference models' own
-// bf16 arithmetic do; off, bf16 weights are widened and multiplied in fp32. Only CPUs
-// with AVX512-BF16 change path: the loader then repacks bf16 Linears into
+// accumulation, twice the float peak; on AVX2 the same exact products as fp32
+// multiply-adds), as llama.cpp's BF16 and the reference models' own bf16 arithmetic do;
+// off, bf16 weights are widened and multiplied in fp32. CPUs with AVX512-BF16 or AVX2
+// change path (bf16_products_available()): the loader then repacks bf16 Linears into
 // WeightFormat::kBf16Packed (kernels/matmul_bf16.h), and a dense bf16 matrix is always
 // multiplied in fp32. The serving commands turn it on; the numerics tools (ernie logits,
 // ernie perplexity) and the golden tests keep fp32.

@@ -39,6 +39,11 @@ std::vector<uint16_t>& rounded_activations() {
   thread_local std::vector<uint16_t> buffer;
   return buffer;
 }
+// The same values as floats, for the AVX2 path.
+std::vector<float>& rounded_float_activations() {
+  thread_local std::vector<float> buffer;
+  return buffer;
+}
 
 // Rows [first, first + groups·16) of panel `panel` for T tokens: out[t][row] over all
 // pairs, in order, on any CPU (no vdpbf16ps): each pair adds w0·x0 + w1·x1 in fp32.
@@ -136,9 +141,120 @@ ERNIE_BF16_TARGET void panel_avx512(const uint16_t* panel, int groups, int64_t p
 }
 #endif
 
+#if defined(__x86_64__)
+#define ERNIE_AVX2_FMA_TARGET __attribute__((target("avx2,fma")))
+
+// Without vdpbf16ps the same products are fp32 multiply-adds: a bf16 x bf16 product is
+// exact in fp32, so only the summation rounding differs from the instruction's. The
+// activations are rounded to bf16 as the AVX-512 path rounds them, but kept as floats so
+// each is one broadcast load: (nearest even, as f32_to_bf16; NaN stays NaN).
+ERNIE_AVX2_FMA_TARGET void round_rows_to_floats_avx2(const float* x, int64_t n, int64_t k, int64_t stride, float* out) {
+  const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff), high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* in = x + t * k;
+    float* row = out + t * stride;
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+      const __m256 value = _mm256_loadu_ps(in + i);
+      const __m256i bits = _mm256_castps_si256(value);
+      const __m256i rounding = _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(bits, 16), one));
+      const __m256 rounded = _mm256_castsi256_ps(_mm256_and_si256(_mm256_add_epi32(bits, rounding), high));
+      const __m256 nan = _mm256_castsi256_ps(_mm256_and_si256(_mm256_or_si256(bits, _mm256_set1_epi32(0x400000)), high));
+      _mm256_storeu_ps(row + i, _mm256_blendv_ps(rounded, nan, _mm256_cmp_ps(value, value, _CMP_UNORD_Q)));
+    }
+    for (; i < k; ++i) row[i] = bf16_to_f32(f32_to_bf16(in[i]));
+    for (; i < stride; ++i) row[i] = 0.0f;
+  }
+}
+
+// T tokens x G groups of the panel (from group g0), each group as two 8-row halves: per
+// input pair, one 32-byte load per half gives both inputs' weights (the low and the high
+// bf16 of each 4-byte pair, widened by a shift and a mask), and each of the 2·G·T
+// accumulators adds w0·x0 + w1·x1 (the exact first product, the second fused onto it),
+// as the portable loop does: the same order for every T and G, so a token's result does
+// not depend on its batch here either. Adding the pair's sum rather than chaining two
+// multiply-adds keeps one 3-cycle add, not two 4-cycle FMAs, on each accumulator's
+// dependency chain. Decode prefetches 4 KiB
+// ahead (T0: on an AVX2-only Zen 3 host the integer decode kernels stream faster so).
+template <int T, int G>
+ERNIE_AVX2_FMA_TARGET void packed_tile_avx2(const uint16_t* panel, int panel_groups_total, int g0, int64_t pairs,
+                                            const float* const* x, float* const* y, int64_t first_row,
+                                            int64_t valid_rows, bool streaming) {
+  __m256 acc[T][G][2];
+  for (int t = 0; t < T; ++t)
+    for (int g = 0; g < G; ++g) acc[t][g][0] = acc[t][g][1] = _mm256_setzero_ps();
+  const int64_t step = panel_groups_total * 2 * kBf16GroupRows;  // bf16 per input pair
+  const uint16_t* w = panel + g0 * 2 * kBf16GroupRows;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t j = 0; j < pairs; ++j, w += step) {
+    __m256 w0[G][2], w1[G][2];
+    for (int g = 0; g < G; ++g) {
+      if (streaming) _mm_prefetch(reinterpret_cast<const char*>(w + g * 32) + 4096, _MM_HINT_T0);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + g * 32 + h * 16));
+        w0[g][h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        w1[g][h] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m256 x0 = _mm256_broadcast_ss(x[t] + 2 * j), x1 = _mm256_broadcast_ss(x[t] + 2 * j + 1);
+      for (int g = 0; g < G; ++g)
+        for (int h = 0; h < 2; ++h)
+          acc[t][g][h] = _mm256_add_ps(acc[t][g][h], _mm256_fmadd_ps(w1[g][h], x1, _mm256_mul_ps(w0[g][h], x0)));
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int h = 0; h < 2; ++h) {
+      const int64_t offset = (g0 + g) * kBf16GroupRows + 8 * h;
+      const int64_t rows = std::clamp<int64_t>(valid_rows - offset, 0, 8);
+      for (int t = 0; t < T; ++t) {
+        if (rows == 8) {
+          _mm256_storeu_ps(y[t] + first_row + offset, acc[t][g][h]);
+        } else if (rows > 0) {
+          alignas(32) float lanes[8];
+          _mm256_store_ps(lanes, acc[t][g][h]);
+          std::memcpy(y[t] + first_row + offset, lanes, static_cast<size_t>(rows) * sizeof(float));
+        }
+      }
+    }
+  }
+}
+
+// Tiles of at most 8 accumulators: one token over up to 4 groups (decode), or up to 4
+// tokens over one group at a time (prefill: 8 + 4 + 2 of the 16 ymm registers).
+ERNIE_AVX2_FMA_TARGET void panel_avx2(const uint16_t* panel, int groups, int64_t pairs, const float* const* x,
+                                      int tokens, float* const* y, int64_t first_row, int64_t valid_rows, bool streaming) {
+  if (tokens == 1) {
+    switch (groups) {
+      case 4: packed_tile_avx2<1, 4>(panel, groups, 0, pairs, x, y, first_row, valid_rows, streaming); return;
+      case 3: packed_tile_avx2<1, 3>(panel, groups, 0, pairs, x, y, first_row, valid_rows, streaming); return;
+      case 2: packed_tile_avx2<1, 2>(panel, groups, 0, pairs, x, y, first_row, valid_rows, streaming); return;
+      default: packed_tile_avx2<1, 1>(panel, groups, 0, pairs, x, y, first_row, valid_rows, streaming); return;
+    }
+  }
+  for (int g = 0; g < groups; ++g) {
+    switch (tokens) {
+      case 4: packed_tile_avx2<4, 1>(panel, groups, g, pairs, x, y, first_row, valid_rows, streaming); break;
+      case 3: packed_tile_avx2<3, 1>(panel, groups, g, pairs, x, y, first_row, valid_rows, streaming); break;
+      default: packed_tile_avx2<2, 1>(panel, groups, g, pairs, x, y, first_row, valid_rows, streaming); break;
+    }
+  }
+}
+#endif
+
 bool has_bf16_instructions() {
 #if defined(__x86_64__)
   static const bool available = active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16;
+  return available;
+#else
+  return false;
+#endif
+}
+
+// AVX2 with FMA (fp32 multiply-adds on the packed layout, panel_avx2).
+bool has_avx2_products() {
+#if defined(__x86_64__)
+  static const bool available = !has_bf16_instructions() && active_isa_level() >= IsaLevel::kAvx2;
   return available;
 #else
   return false;
@@ -191,9 +307,37 @@ void multiply_panels(const uint16_t* xb, int64_t n, const WeightMatrix& w, int64
   }
 }
 
+#if defined(__x86_64__)
+// Panels [begin, end) for every token, from activations rounded to bf16 and kept as floats.
+void multiply_panels_avx2(const float* xf, int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y) {
+  constexpr int64_t kTokens = 4;
+  const int64_t kp = even_cols(w.cols), pairs = kp / 2;
+  const auto* weights = static_cast<const uint16_t*>(w.data);
+  const bool streaming = n <= 3;
+  for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
+    const int64_t t1 = std::min(n, t0 + kTokenChunk);
+    for (int64_t p = begin; p < end; ++p) {
+      const uint16_t* panel = weights + p * kPanelRows * kp;
+      const int64_t first_row = p * kPanelRows, valid_rows = std::min(kPanelRows, w.rows - first_row);
+      for (int64_t t = t0; t < t1; t += kTokens) {
+        const int tokens = static_cast<int>(std::min<int64_t>(kTokens, t1 - t));
+        const float* xs[kTokens];
+        float* ys[kTokens];
+        for (int i = 0; i < tokens; ++i) {
+          xs[i] = xf + (t + i) * kp;
+          ys[i] = y + (t + i) * w.rows;
+        }
+        panel_avx2(panel, panel_groups(w.rows, p), pairs, xs, tokens, ys, first_row, valid_rows, streaming);
+      }
+    }
+  }
+}
+#endif
+
 }  // namespace
 
-bool bf16_products_active() { return has_bf16_instructions() && bf16_products_enabled(); }
+bool bf16_products_available() { return has_bf16_instructions() || has_avx2_products(); }
+bool bf16_products_active() { return bf16_products_available() && bf16_products_enabled(); }
 
 bool can_pack_bf16(const WeightMatrix& dense) { return dense.dense() && dense.dtype == DType::kBF16 && !dense.empty(); }
 
@@ -236,14 +380,25 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
   if (w.format != WeightFormat::kBf16Packed) fail("matmul_bf16_packed takes a packed bf16 weight");
   if (n == 0) return;
   const int64_t kp = even_cols(w.cols);
-  std::vector<uint16_t>& xb = rounded_activations();
-  if (xb.size() < static_cast<size_t>(n * kp)) xb.resize(static_cast<size_t>(n * kp));
-  round_rows(x, n, w.cols, kp, xb.data());
   const int64_t panels = panel_count(w.rows);
   const auto threads = static_cast<int64_t>(pool.num_threads());
   // Decode streams the weights: one contiguous share per thread; prefill evens the
   // shares out in smaller units.
   const int64_t grain = n <= 3 ? (panels + threads - 1) / threads : std::max<int64_t>(1, panels / (threads * 4));
+#if defined(__x86_64__)
+  if (has_avx2_products()) {
+    std::vector<float>& xf = rounded_float_activations();
+    if (xf.size() < static_cast<size_t>(n * kp)) xf.resize(static_cast<size_t>(n * kp));
+    round_rows_to_floats_avx2(x, n, w.cols, kp, xf.data());
+    pool.parallel_for(static_cast<size_t>(panels), static_cast<size_t>(grain), [&](size_t begin, size_t end) {
+      multiply_panels_avx2(xf.data(), n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y);
+    });
+    return;
+  }
+#endif
+  std::vector<uint16_t>& xb = rounded_activations();
+  if (xb.size() < static_cast<size_t>(n * kp)) xb.resize(static_cast<size_t>(n * kp));
+  round_rows(x, n, w.cols, kp, xb.data());
   pool.parallel_for(static_cast<size_t>(panels), static_cast<size_t>(grain), [&](size_t begin, size_t end) {
     multiply_panels(xb.data(), n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y);
   });

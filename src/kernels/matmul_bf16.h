@@ -1,7 +1,8 @@
 // bf16 weights multiplied as bf16 products (AVX512-BF16's vdpbf16ps: pairs of bf16
-// products summed in fp32), on weights repacked once at load into the layout that
-// instruction wants: one fp32 lane per output row, so a weight vector serves 16 rows
-// and an activation pair is a 4-byte broadcast, with no horizontal sums at all.
+// products summed in fp32; on AVX2, the same exact products as fp32 multiply-adds), on
+// weights repacked once at load into the layout that instruction wants: one fp32 lane
+// per output row, so a weight vector serves 16 rows (AVX2: two halves of 8) and an
+// activation is a broadcast, with no horizontal sums at all.
 //
 // Layout (WeightFormat::kBf16Packed): the inputs are taken in pairs (cols rounded up to
 // even, the extra input zero) and the rows in groups of 16 (rows rounded up to a
@@ -28,8 +29,10 @@ constexpr int64_t kBf16GroupRows = 16;
 // Groups in a panel (the rows one tile of the kernel produces).
 constexpr int64_t kBf16PanelGroups = 4;
 
-// Whether bf16 weights are multiplied as bf16 products in this process: the CPU has
-// AVX512-BF16 at the active ISA level (kernels/cpu_features.h) and
+// Whether this CPU has a fast path for bf16 products at the active ISA level
+// (kernels/cpu_features.h): AVX512-BF16, or AVX2 with FMA.
+bool bf16_products_available();
+// Whether bf16 weights are multiplied as bf16 products in this process: available and
 // set_bf16_products(true) (kernels/matmul.h). The loader packs bf16 Linears when it is.
 bool bf16_products_active();
 
@@ -41,8 +44,9 @@ void unpack_bf16_row(const WeightMatrix& packed, int64_t r, uint16_t* out);
 // The packed bytes, padding included (what a product reads).
 uint64_t packed_bf16_bytes(int64_t rows, int64_t cols);
 
-// y[n, w.rows] = bf16(x) · Wᵀ for a packed w: vdpbf16ps where the CPU has it, else the
-// same sums (in the same order, with fp32 multiply-adds) on any CPU.
+// y[n, w.rows] = bf16(x) · Wᵀ for a packed w: vdpbf16ps where the CPU has it, fp32
+// multiply-adds of the same exact products on AVX2, else the same sums (in the same
+// order as vdpbf16ps, with fp32 multiply-adds) on any CPU.
 void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y);
 
 }  // namespace ernie

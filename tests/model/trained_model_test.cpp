@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
 #include "model/ernie_model.h"
 #include "model/perplexity.h"
 #include "support/test_support.h"
@@ -72,14 +72,14 @@ TEST_P(TrainedModelTest, HeldOutPerplexityMatchesTorchWithinOnePercent) {
   EXPECT_NEAR(ours.perplexity, torch, 0.01 * torch);
 }
 
-// The serving commands' bf16 products (activations rounded to bf16 for vdpbf16ps, only
-// on CPUs with AVX512-BF16) on a trained model: logits move by the rounding, the
+// The serving commands' bf16 products (activations rounded to bf16, on CPUs with
+// AVX512-BF16 or AVX2) on a trained model: logits move by the rounding, the
 // predictions and the held-out perplexity stay torch's. (The random golden models
 // amplify every perturbation about 2.4x per matmul, so there the same rounding moves
 // logits by up to 0.6: those tests keep fp32 products.)
 TEST_P(TrainedModelTest, Bf16ProductsKeepTorchsPredictions) {
-  if (!(active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16))
-    GTEST_SKIP() << "this CPU has no AVX512-BF16, so it never takes the bf16-product path";
+  if (!bf16_products_available())
+    GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AVX2, so it never takes the bf16-product path";
   set_bf16_products(true);
   ThreadPool pool(2);
   auto model = ErnieModel::load(model_dir(), pool);

@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
 #include "model/ernie_model.h"
 #include "engine/multimodal_prompt.h"
 #include "model/synthetic_checkpoint.h"
@@ -137,8 +137,8 @@ class VlReferenceTest : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(VlReferenceTest, ImagesAndVideoAgreeWithTheNumpyReference) {
   const Variant variant = GetParam();
-  if (variant.bf16_products && !(active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16))
-    GTEST_SKIP() << "this CPU has no AVX512-BF16, so it never takes the bf16-product path";
+  if (variant.bf16_products && !bf16_products_available())
+    GTEST_SKIP() << "this CPU has neither AVX512-BF16 nor AVX2, so it never takes the bf16-product path";
   TempDir temp;
   const std::string model_dir =
       testing::make_checkpoint(temp, "model", synthetic_preset("vl-tiny"), variant.layout,

@@ -146,8 +146,8 @@ ERNIE_BF16_TARGET void panel_avx512(const uint16_t* panel, int groups, int64_t p
 
 // Without vdpbf16ps the same products are fp32 multiply-adds: a bf16 x bf16 product is
 // exact in fp32, so only the summation rounding differs from the instruction's. The
-// activations are rounded to bf16 as the AVX-512 path rounds them, but kept as floats so
-// each is one broadcast load: (nearest even, as f32_to_bf16; NaN stays NaN).
+// activations are rounded to bf16 as the AVX-512 path rounds them (nearest even, as
+// f32_to_bf16; NaN stays NaN), but kept as floats so each is one broadcast load.
 ERNIE_AVX2_FMA_TARGET void round_rows_to_floats_avx2(const float* x, int64_t n, int64_t k, int64_t stride, float* out) {
   const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff), high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   for (int64_t t = 0; t < n; ++t) {
@@ -174,8 +174,7 @@ ERNIE_AVX2_FMA_TARGET void round_rows_to_floats_avx2(const float* x, int64_t n, 
 // as the portable loop does: the same order for every T and G, so a token's result does
 // not depend on its batch here either. Adding the pair's sum rather than chaining two
 // multiply-adds keeps one 3-cycle add, not two 4-cycle FMAs, on each accumulator's
-// dependency chain. Decode prefetches 4 KiB
-// ahead (T0: on an AVX2-only Zen 3 host the integer decode kernels stream faster so).
+// dependency chain. Decode prefetches 4 KiB ahead, as the AVX2 integer kernels do.
 template <int T, int G>
 ERNIE_AVX2_FMA_TARGET void packed_tile_avx2(const uint16_t* panel, int panel_groups_total, int g0, int64_t pairs,
                                             const float* const* x, float* const* y, int64_t first_row,

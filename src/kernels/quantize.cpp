@@ -148,19 +148,41 @@ WeightMatrix quantize_int8(const WeightMatrix& dense, int32_t group) {
 // least error Σw² - (Σwq)² / Σq². Absmax alone (f = 1, Q4_0's choice) wastes part of
 // the range on one outlier.
 //
-// The sums run in 16 lanes (two halves of the block) so they vectorise on every ISA,
-// and without fused multiply-adds, so every ISA picks the same scale.
+// Written with GCC vector extensions of 8 floats, which every clone compiles to the
+// same IEEE operations in the same order (no fused multiply-adds, a fixed reduction
+// tree), so every ISA picks the same scale. A plain loop kept the clamps as scalar
+// branches and the sums sequential, and this search was most of a wint4 load.
+using Floats8 = float __attribute__((vector_size(32)));
+
+// The codes of 8 weights at one trial's inverse scale: rounded to nearest even, clamped
+// to [-8, 7] (NaN passes through). Vectors go by reference: by value, their calling
+// convention would differ between the clones.
+__attribute__((always_inline, optimize("fp-contract=off"))) inline void int4_codes(const Floats8& v, float inverse,
+                                                                                  Floats8& q) {
+  const Floats8 magic = Floats8{} + kRoundingMagic, top = Floats8{} + 7.0f, bottom = Floats8{} - 8.0f;
+  q = (v * inverse + magic) - magic;
+  q = q > top ? top : q;
+  q = q < bottom ? bottom : q;
+}
+
+// The sum of 8 lanes as a fixed tree: halves, then quarters, then the last pair.
+__attribute__((always_inline, optimize("fp-contract=off"))) inline float lane_sum(const Floats8& v) {
+  const float a = (v[0] + v[4]) + (v[2] + v[6]), b = (v[1] + v[5]) + (v[3] + v[7]);
+  return a + b;
+}
+
 ERNIE_CLONE_FOR_ISAS __attribute__((optimize("fp-contract=off")))
 float int4_block_scale(const float* w) {
-  constexpr int kGroup = 32, kLanes = 16;
-  // The value of largest magnitude (the positive one on a tie), from lane-wise extremes.
-  float highs[kLanes], lows[kLanes];
-  for (int l = 0; l < kLanes; ++l) {
-    highs[l] = w[l] > w[l + kLanes] ? w[l] : w[l + kLanes];
-    lows[l] = w[l] < w[l + kLanes] ? w[l] : w[l + kLanes];
+  Floats8 v[4];  // the block's 32 weights
+  std::memcpy(v, w, sizeof v);
+  // The value of largest magnitude (the positive one on a tie).
+  Floats8 highs = v[0], lows = v[0];
+  for (int i = 1; i < 4; ++i) {
+    highs = v[i] > highs ? v[i] : highs;
+    lows = v[i] < lows ? v[i] : lows;
   }
   float high = highs[0], low = lows[0];
-  for (int l = 1; l < kLanes; ++l) {
+  for (int l = 1; l < 8; ++l) {
     high = highs[l] > high ? highs[l] : high;
     low = lows[l] < low ? lows[l] : low;
   }
@@ -169,19 +191,14 @@ float int4_block_scale(const float* w) {
   float best_scale = extreme / -8.0f, best_fit = -1.0f;
   for (int trial = -5; trial <= 5; ++trial) {
     const float inverse = -(8.0f + 0.2f * static_cast<float>(trial)) / extreme;
-    float wq[kLanes] = {}, qq[kLanes] = {};
-    for (int half = 0; half < kGroup; half += kLanes)
-      for (int l = 0; l < kLanes; ++l) {
-        float q = (w[half + l] * inverse + kRoundingMagic) - kRoundingMagic;
-        q = q < -8.0f ? -8.0f : q > 7.0f ? 7.0f : q;
-        wq[l] += w[half + l] * q;
-        qq[l] += q * q;
-      }
-    float wq_total = 0.0f, qq_total = 0.0f;
-    for (int l = 0; l < kLanes; ++l) {
-      wq_total += wq[l];
-      qq_total += qq[l];
+    Floats8 wq{}, qq{};
+    for (int i = 0; i < 4; ++i) {
+      Floats8 q;
+      int4_codes(v[i], inverse, q);
+      wq += v[i] * q;
+      qq += q * q;
     }
+    const float wq_total = lane_sum(wq), qq_total = lane_sum(qq);
     if (qq_total > 0.0f && wq_total * wq_total / qq_total > best_fit) {
       best_fit = wq_total * wq_total / qq_total;
       best_scale = wq_total / qq_total;

@@ -273,65 +273,34 @@ void round_rows(const float* x, int64_t n, int64_t k, int64_t stride, uint16_t* 
   }
 }
 
-// Panels [begin, end) for every token.
-void multiply_panels(const uint16_t* xb, int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y) {
+// Panels [begin, end) for every token, kTokens tokens at a time: row_of(t) is token t's
+// activations as its panel kernel takes them, and panel(...) multiplies one panel.
+template <int kTokens, typename RowOf, typename Panel>
+void multiply_panels(int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y, RowOf row_of,
+                     Panel panel) {
+  using Row = decltype(row_of(int64_t{0}));
   const int64_t kp = even_cols(w.cols), pairs = kp / 2;
   const auto* weights = static_cast<const uint16_t*>(w.data);
   const bool streaming = n <= 3;
-  const bool native = has_bf16_instructions();
   for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
     const int64_t t1 = std::min(n, t0 + kTokenChunk);
     for (int64_t p = begin; p < end; ++p) {
-      const uint16_t* panel = weights + p * kPanelRows * kp;
-      const int groups = panel_groups(w.rows, p);
+      const uint16_t* panel_weights = weights + p * kPanelRows * kp;
       const int64_t first_row = p * kPanelRows, valid_rows = std::min(kPanelRows, w.rows - first_row);
-      for (int64_t t = t0; t < t1; t += kTileTokens) {
-        const int tokens = static_cast<int>(std::min<int64_t>(kTileTokens, t1 - t));
-        const uint32_t* xs[kTileTokens];
-        float* ys[kTileTokens];
+      for (int64_t t = t0; t < t1; t += kTokens) {
+        const int tokens = static_cast<int>(std::min<int64_t>(kTokens, t1 - t));
+        Row xs[kTokens];
+        float* ys[kTokens];
         for (int i = 0; i < tokens; ++i) {
-          xs[i] = reinterpret_cast<const uint32_t*>(xb + (t + i) * kp);
+          xs[i] = row_of(t + i);
           ys[i] = y + (t + i) * w.rows;
         }
-#if defined(__x86_64__)
-        if (native) {
-          panel_avx512(panel, groups, pairs, xs, tokens, ys, first_row, valid_rows, streaming);
-          continue;
-        }
-#endif
-        (void)native, (void)streaming;
-        generic_panel(panel, groups, pairs, xs, tokens, ys, first_row, valid_rows);
+        panel(panel_weights, panel_groups(w.rows, p), pairs, xs, tokens, ys, first_row, valid_rows, streaming);
       }
     }
   }
 }
 
-#if defined(__x86_64__)
-// Panels [begin, end) for every token, from activations rounded to bf16 and kept as floats.
-void multiply_panels_avx2(const float* xf, int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y) {
-  constexpr int64_t kTokens = 4;
-  const int64_t kp = even_cols(w.cols), pairs = kp / 2;
-  const auto* weights = static_cast<const uint16_t*>(w.data);
-  const bool streaming = n <= 3;
-  for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
-    const int64_t t1 = std::min(n, t0 + kTokenChunk);
-    for (int64_t p = begin; p < end; ++p) {
-      const uint16_t* panel = weights + p * kPanelRows * kp;
-      const int64_t first_row = p * kPanelRows, valid_rows = std::min(kPanelRows, w.rows - first_row);
-      for (int64_t t = t0; t < t1; t += kTokens) {
-        const int tokens = static_cast<int>(std::min<int64_t>(kTokens, t1 - t));
-        const float* xs[kTokens];
-        float* ys[kTokens];
-        for (int i = 0; i < tokens; ++i) {
-          xs[i] = xf + (t + i) * kp;
-          ys[i] = y + (t + i) * w.rows;
-        }
-        panel_avx2(panel, panel_groups(w.rows, p), pairs, xs, tokens, ys, first_row, valid_rows, streaming);
-      }
-    }
-  }
-}
-#endif
 
 }  // namespace
 
@@ -389,8 +358,9 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
     std::vector<float>& xf = rounded_float_activations();
     if (xf.size() < static_cast<size_t>(n * kp)) xf.resize(static_cast<size_t>(n * kp));
     round_rows_to_floats_avx2(x, n, w.cols, kp, xf.data());
+    const auto row_of = [&](int64_t t) { return static_cast<const float*>(xf.data() + t * kp); };
     pool.parallel_for(static_cast<size_t>(panels), static_cast<size_t>(grain), [&](size_t begin, size_t end) {
-      multiply_panels_avx2(xf.data(), n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y);
+      multiply_panels<4>(n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y, row_of, panel_avx2);
     });
     return;
   }
@@ -398,8 +368,17 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
   std::vector<uint16_t>& xb = rounded_activations();
   if (xb.size() < static_cast<size_t>(n * kp)) xb.resize(static_cast<size_t>(n * kp));
   round_rows(x, n, w.cols, kp, xb.data());
+  const auto row_of = [&](int64_t t) { return reinterpret_cast<const uint32_t*>(xb.data() + t * kp); };
+  const auto panel = [](const uint16_t* weights, int groups, int64_t pairs, const uint32_t* const* xs, int tokens,
+                        float* const* ys, int64_t first_row, int64_t valid_rows, bool streaming) {
+#if defined(__x86_64__)
+    if (has_bf16_instructions()) return panel_avx512(weights, groups, pairs, xs, tokens, ys, first_row, valid_rows, streaming);
+#endif
+    (void)streaming;
+    generic_panel(weights, groups, pairs, xs, tokens, ys, first_row, valid_rows);
+  };
   pool.parallel_for(static_cast<size_t>(panels), static_cast<size_t>(grain), [&](size_t begin, size_t end) {
-    multiply_panels(xb.data(), n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y);
+    multiply_panels<kTileTokens>(n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y, row_of, panel);
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu_features.h"
 #include "kernels/simd_dispatch.h"
@@ -34,6 +35,9 @@ struct IntegerWeight {
   int64_t panel_bytes;  // bytes of one 16-row panel
   bool int4;
   int32_t offset;  // the value stored for zero: 128 (int8) or 8 (int4)
+  // int4 on AVX2: per (token, block) of this call's activations, offset · Σx · scale, what
+  // the stored zero adds to a block's product in real units (matmul_integer_group).
+  const float* int4_offsets = nullptr;
 
   // The 16 scales of panel p's block b.
   const uint16_t* block_scales(int64_t p, int64_t b) const { return scales + (p * blocks + b) * kQuantPanelRows; }
@@ -261,11 +265,11 @@ ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const Int
     for (int h = 0; h < NH; ++h) total[t][h] = _mm256_setzero_ps();
   const int8_t* xrow[MR];
   const float* xscale[MR];
-  const int32_t* xsum[MR];
+  const float* xoffset[MR];  // int4 only
   for (int t = 0; t < MR; ++t) {
     xrow[t] = x.values.data() + (t0 + t) * x.cols;
     xscale[t] = x.scales.data() + (t0 + t) * w.blocks;
-    xsum[t] = x.sums.data() + (t0 + t) * w.blocks;
+    xoffset[t] = kInt4 ? w.int4_offsets + (t0 + t) * w.blocks : nullptr;
   }
   const uint8_t* line = w.data + p * w.panel_bytes + 32 * h0;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -296,10 +300,6 @@ ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const Int
           }
         }
       }
-      for (int t = 0; t < MR; ++t) {
-        const __m256i offset = _mm256_set1_epi32(8 * xsum[t][b]);
-        for (int h = 0; h < NH; ++h) sum[t][h] = _mm256_sub_epi32(_mm256_madd_epi16(sum[t][h], ones), offset);
-      }
     } else {
       const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
 #pragma GCC unroll 2
@@ -327,8 +327,18 @@ ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const Int
       wscale[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.block_scales(p, b) + 8 * (h0 + h))));
     for (int t = 0; t < MR; ++t) {
       const __m256 scale = _mm256_set1_ps(xscale[t][b]);
-      for (int h = 0; h < NH; ++h)
-        total[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t][h]), _mm256_mul_ps(wscale[h], scale), total[t][h]);
+      if constexpr (kInt4) {
+        // The codes' offset comes off in float, precomputed per (token, block): one
+        // fused multiply-subtract instead of an integer product, shift and subtraction.
+        const __m256 offset = _mm256_set1_ps(xoffset[t][b]);
+        for (int h = 0; h < NH; ++h) {
+          const __m256 block = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sum[t][h], ones)), scale, offset);
+          total[t][h] = _mm256_fmadd_ps(block, wscale[h], total[t][h]);
+        }
+      } else {
+        for (int h = 0; h < NH; ++h)
+          total[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t][h]), _mm256_mul_ps(wscale[h], scale), total[t][h]);
+      }
     }
   }
   for (int h = 0; h < NH; ++h) {
@@ -390,6 +400,16 @@ ERNIE_AVX2_TARGET void panels_avx2(const QuantizedActivations& x, const IntegerW
 
 using PanelKernel = void (*)(const QuantizedActivations&, const IntegerWeight&, int64_t, int64_t, float*);
 
+// offset · Σx · scale for every (token, block) of x, in a buffer of the calling thread
+// that lasts until its next call (the pool's threads read it within this one).
+const float* int4_offsets(const QuantizedActivations& x, int32_t offset) {
+  thread_local std::vector<float> offsets;
+  offsets.resize(x.sums.size());
+  for (size_t i = 0; i < offsets.size(); ++i)
+    offsets[i] = static_cast<float>(offset) * x.scales[i] * static_cast<float>(x.sums[i]);
+  return offsets.data();
+}
+
 PanelKernel select_kernel() {
 #if defined(__x86_64__)
   if (active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_vnni) return panels_vnni;
@@ -419,9 +439,14 @@ void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::
   // shares, at the cost of re-reading activations from cache.
   IntegerWeight described[kMaxWeights];
   int64_t total_panels = 0;
+  const float* offsets = nullptr;  // the same for every int4 weight of the group
   for (size_t i = 0; i < ws.size(); ++i) {
     described[i] = describe(*ws[i]);
     total_panels += described[i].prows / kQuantPanelRows;
+    if (described[i].int4) {
+      if (offsets == nullptr) offsets = int4_offsets(x, described[i].offset);
+      described[i].int4_offsets = offsets;
+    }
   }
   const auto threads = static_cast<int64_t>(pool.num_threads());
   const int64_t unit = x.n >= 16 ? 3 : (total_panels + threads - 1) / threads;

@@ -301,7 +301,6 @@ void multiply_panels(int64_t n, const WeightMatrix& w, int64_t begin, int64_t en
   }
 }
 
-
 }  // namespace
 
 bool bf16_products_available() { return has_bf16_instructions() || has_avx2_products(); }

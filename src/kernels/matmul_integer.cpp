@@ -35,8 +35,9 @@ struct IntegerWeight {
   int64_t panel_bytes;  // bytes of one 16-row panel
   bool int4;
   int32_t offset;  // the value stored for zero: 128 (int8) or 8 (int4)
-  // int4 on AVX2: per (token, block) of this call's activations, offset · Σx · scale, what
-  // the stored zero adds to a block's product in real units (matmul_integer_group).
+  // int4: per (token, block) of this call's activations, offset · Σx · scale, what the
+  // stored zero adds to a block's product in real units (matmul_integer_group); the AVX2
+  // tiles read it, the others remove the offset in integers.
   const float* int4_offsets = nullptr;
 
   // The 16 scales of panel p's block b.
@@ -252,7 +253,7 @@ ERNIE_VNNI_TARGET void panels_vnni(const QuantizedActivations& x, const IntegerW
 //  - int4 codes (0..15) go in as they are, and a block's 4 lines are summed in 16 bits
 //    (8 vpmaddubsw of at most 2 * 15 * 127 each: 30480 < 32767) before one vpmaddwd
 //    widens them: a quarter of int8's widening work per product. The codes carry 8 * Σx
-//    per block, removed at the block's end.
+//    per block, removed in the float epilogue.
 template <int MR, int NH, bool kInt4>
 ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0, int64_t p,
                                         int h0, float* y) {

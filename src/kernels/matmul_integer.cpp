@@ -411,6 +411,17 @@ const float* int4_offsets(const QuantizedActivations& x, int32_t offset) {
   return offsets.data();
 }
 
+// Whether `kernel` takes int4's offset from int4_offsets (the AVX2 tiles) rather than
+// in integers, so the others are spared computing it.
+bool reads_int4_offsets(PanelKernel kernel) {
+#if defined(__x86_64__)
+  return kernel == panels_avx2;
+#else
+  (void)kernel;
+  return false;
+#endif
+}
+
 PanelKernel select_kernel() {
 #if defined(__x86_64__)
   if (active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_vnni) return panels_vnni;
@@ -430,6 +441,7 @@ void matmul_integer(ThreadPool& pool, const QuantizedActivations& x, const Weigh
 void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::span<const WeightMatrix* const> ws,
                           std::span<float* const> ys) {
   static const PanelKernel kernel = select_kernel();
+  static const bool wants_int4_offsets = reads_int4_offsets(kernel);
   constexpr size_t kMaxWeights = 4;
   if (ws.size() > kMaxWeights || ws.size() != ys.size()) fail("matmul_integer_group takes 1 to 4 weights");
   // Work is split in units of panels so every thread streams its own share of the
@@ -444,7 +456,7 @@ void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::
   for (size_t i = 0; i < ws.size(); ++i) {
     described[i] = describe(*ws[i]);
     total_panels += described[i].prows / kQuantPanelRows;
-    if (described[i].int4) {
+    if (described[i].int4 && wants_int4_offsets) {
       if (offsets == nullptr) offsets = int4_offsets(x, described[i].offset);
       described[i].int4_offsets = offsets;
     }

@@ -502,6 +502,43 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void quantize_acti
     sums[b] = _mm512_reduce_add_epi32(total);
   }
 }
+
+// The same with AVX2, 8 values per step: the AVX2 clone of the portable loop leaves the
+// rounding, clamping and narrowing scalar (2% of a 512-token MoE prefill).
+__attribute__((target("avx2,fma"))) void quantize_activation_row_avx2(const float* x, int64_t cols, int32_t group,
+                                                                    int8_t* values, float* scales, int32_t* sums) {
+  const __m256 sign_off = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i high = _mm256_set1_epi32(127), low = _mm256_set1_epi32(-127);
+  // packs_epi32 / packs_epi16 interleave the 128-bit lanes; this puts the 16 bytes back in order.
+  const __m256i lane_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < cols / group; ++b) {
+    const float* in = x + b * group;
+    __m256 peak = _mm256_setzero_ps();
+    for (int64_t k = 0; k < group; k += 8) peak = _mm256_max_ps(peak, _mm256_and_ps(_mm256_loadu_ps(in + k), sign_off));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(peak), _mm256_extractf128_ps(peak, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const float scale = _mm_cvtss_f32(m4) / 127.0f;
+    const __m256 inverse = _mm256_set1_ps(scale > 0 ? 1.0f / scale : 0.0f);
+    __m256i total = _mm256_setzero_si256();
+    for (int64_t k = 0; k < group; k += 32) {
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i) {
+        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(in + k + 8 * i), inverse));
+        q[i] = _mm256_max_epi32(_mm256_min_epi32(q[i], high), low);
+        total = _mm256_add_epi32(total, q[i]);
+      }
+      const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(values + b * group + k),
+                          _mm256_permutevar8x32_epi32(bytes, lane_order));
+    }
+    __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4e));
+    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xb1));
+    scales[b] = scale;
+    sums[b] = _mm_cvtsi128_si32(t4);
+  }
+}
 #endif
 
 ERNIE_CLONE_FOR_ISAS
@@ -536,8 +573,11 @@ void quantize_activation_row_portable(const float* x, int64_t cols, int32_t grou
 void quantize_activation_row(const float* x, int64_t cols, int32_t group, int8_t* values, float* scales,
                              int32_t* sums) {
 #if defined(__x86_64__)
-  static const bool avx512 = active_isa_level() == IsaLevel::kAvx512;
-  if (avx512 && group % 16 == 0) return quantize_activation_row_avx512(x, cols, group, values, scales, sums);
+  static const IsaLevel isa = active_isa_level();
+  if (isa == IsaLevel::kAvx512 && group % 16 == 0)
+    return quantize_activation_row_avx512(x, cols, group, values, scales, sums);
+  if (isa == IsaLevel::kAvx2 && group % 32 == 0)
+    return quantize_activation_row_avx2(x, cols, group, values, scales, sums);
 #endif
   quantize_activation_row_portable(x, cols, group, values, scales, sums);
 }

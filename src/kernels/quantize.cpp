@@ -509,6 +509,7 @@ __attribute__((target("avx2,fma"))) void quantize_activation_row_avx2(const floa
                                                                     int8_t* values, float* scales, int32_t* sums) {
   const __m256 sign_off = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i high = _mm256_set1_epi32(127), low = _mm256_set1_epi32(-127);
+  const __m256 magic = _mm256_set1_ps(kRoundingMagic);
   // packs_epi32 / packs_epi16 interleave the 128-bit lanes; this puts the 16 bytes back in order.
   const __m256i lane_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t b = 0; b < cols / group; ++b) {
@@ -524,7 +525,10 @@ __attribute__((target("avx2,fma"))) void quantize_activation_row_avx2(const floa
     for (int64_t k = 0; k < group; k += 32) {
       __m256i q[4];
       for (int i = 0; i < 4; ++i) {
-        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(in + k + 8 * i), inverse));
+        // Rounded as the portable loop's x86-64-v3 clone rounds (it contracts to one fused
+        // multiply-add with the magic number), so AVX2 hosts keep their exact codes.
+        const __m256 rounded = _mm256_sub_ps(_mm256_fmadd_ps(_mm256_loadu_ps(in + k + 8 * i), inverse, magic), magic);
+        q[i] = _mm256_cvtps_epi32(rounded);
         q[i] = _mm256_max_epi32(_mm256_min_epi32(q[i], high), low);
         total = _mm256_add_epi32(total, q[i]);
       }

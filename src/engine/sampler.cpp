@@ -23,18 +23,20 @@ constexpr size_t kBlock = 256;
 // Below this many candidates the nucleus boundary is found by sorting them.
 constexpr size_t kFinalSortSize = 64;
 
-// ---- 16 floats at a time, with GCC/Clang vector extensions: the loops compile to SSE,
+// ---- 8 floats at a time, with GCC/Clang vector extensions: the loops compile to SSE,
 // AVX2 or AVX-512 (ERNIE_CLONE_FOR_ISAS picks at run time) at any -O level, and the
 // remainders go through the same lane code, so every token's weight is computed by the
-// same arithmetic whichever path needs it.
-constexpr size_t kLanes = 16;
+// same arithmetic whichever path needs it, and sums add in the same order on every ISA.
+// Not 16: GCC 12 lowers comparisons of 16-float vectors on AVX2 lane by lane through the
+// stack, which made the x86-64-v3 clone of `exponentiate` about 6 times longer.
+constexpr size_t kLanes = 8;
 using FloatLanes = float __attribute__((vector_size(kLanes * sizeof(float))));
 using IntLanes = int32_t __attribute__((vector_size(kLanes * sizeof(int32_t))));
 static_assert(kBlock % kLanes == 0);
 
 #if defined(__GNUC__)  // GCC and Clang
-// The lane helpers pass 64-byte vectors by value, and GCC warns that the ABI of such a
-// call depends on AVX-512. They are always inlined, so no such call exists. Left off to
+// The lane helpers pass 32-byte vectors by value, and GCC warns that the ABI of such a
+// call depends on AVX. They are always inlined, so no such call exists. Left off to
 // the end of the file: at -O3 GCC reports it from there.
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
@@ -54,8 +56,8 @@ static_assert(kBlock % kLanes == 0);
   return lanes;
 }
 
-// Horizontal reductions fold the vector in halves (16 -> 8 -> 4 lanes, then scalars): a
-// few shuffles instead of a chain of 16 dependent scalar steps.
+// Horizontal reductions fold the vector in halves (8 -> 4 -> 2 lanes, then scalars): a
+// few shuffles instead of a chain of 8 dependent scalar steps.
 using FloatHalfLanes = float __attribute__((vector_size(kLanes / 2 * sizeof(float))));
 using FloatQuarterLanes = float __attribute__((vector_size(kLanes / 4 * sizeof(float))));
 
@@ -73,9 +75,7 @@ template <typename Half, typename Whole>
   FloatQuarterLanes quarter_low, quarter_high;
   split_halves(half, quarter_low, quarter_high);
   const FloatQuarterLanes quarter = quarter_low > quarter_high ? quarter_low : quarter_high;
-  const float pair_low = quarter[0] > quarter[1] ? quarter[0] : quarter[1];
-  const float pair_high = quarter[2] > quarter[3] ? quarter[2] : quarter[3];
-  return pair_low > pair_high ? pair_low : pair_high;
+  return quarter[0] > quarter[1] ? quarter[0] : quarter[1];
 }
 
 [[gnu::always_inline]] inline double horizontal_sum(const FloatLanes& lanes) {
@@ -84,7 +84,7 @@ template <typename Half, typename Whole>
   FloatQuarterLanes quarter_low, quarter_high;
   split_halves(FloatHalfLanes(low + high), quarter_low, quarter_high);
   const FloatQuarterLanes quarter = quarter_low + quarter_high;
-  return static_cast<double>(quarter[0] + quarter[1]) + static_cast<double>(quarter[2] + quarter[3]);
+  return static_cast<double>(quarter[0]) + static_cast<double>(quarter[1]);
 }
 
 // exp(x) for x <= 0, within 3e-7 relative; exactly 0 below -87 (where float exp leaves the

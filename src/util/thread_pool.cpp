@@ -44,31 +44,49 @@ ThreadPool::~ThreadPool() {
   for (auto& worker : workers_) worker.join();
 }
 
-void ThreadPool::run_chunks() {
+// Claims the next chunk of loop `generation`, if that loop still has one.
+bool ThreadPool::claim_chunk(uint32_t generation, uint32_t& chunk) {
+  uint64_t ticket = ticket_.load(std::memory_order_acquire);
   for (;;) {
-    const size_t begin = next_chunk_.fetch_add(grain_, std::memory_order_relaxed);
-    if (begin >= total_) return;
-    const size_t end = std::min(total_, begin + grain_);
-    try {
-      (*body_)(begin, end);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!first_error_) first_error_ = std::current_exception();
-      next_chunk_.store(total_, std::memory_order_relaxed);  // stop handing out work
+    const uint32_t next = static_cast<uint32_t>(ticket);
+    if (generation_of(ticket) != generation || next == kClosed) return false;
+    // A count from the next loop is stored only after this ticket was closed, so the
+    // exchange below then fails; with this loop's count it decides.
+    if (next >= num_chunks_.load(std::memory_order_acquire)) return false;
+    if (ticket_.compare_exchange_weak(ticket, ticket + 1, std::memory_order_acquire, std::memory_order_acquire)) {
+      chunk = next;
+      return true;
     }
   }
 }
 
+void ThreadPool::run_chunks(uint32_t generation) {
+  uint32_t chunk = 0;
+  while (claim_chunk(generation, chunk)) {
+    if (!failed_.load(std::memory_order_relaxed)) {
+      const size_t begin = static_cast<size_t>(chunk) * grain_;
+      try {
+        (*body_)(begin, std::min(total_, begin + grain_));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!first_error_) first_error_ = std::current_exception();
+        failed_.store(true, std::memory_order_relaxed);
+      }
+    }
+    done_chunks_.fetch_add(1, std::memory_order_release);
+  }
+}
+
 // Returns false when the pool is stopping.
-bool ThreadPool::wait_for_generation(uint64_t seen) {
+bool ThreadPool::wait_for_generation(uint32_t seen) {
   const auto spin_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(kSpinSeconds);
-  for (int polls = 0; generation_.load(std::memory_order_acquire) == seen; ++polls) {
+  for (int polls = 0; generation_of(ticket_.load(std::memory_order_acquire)) == seen; ++polls) {
     if (stopping_.load(std::memory_order_relaxed)) return false;
     wait_a_little(polls);
     if (polls % 256 == 255 && std::chrono::steady_clock::now() > spin_until) {
       std::unique_lock<std::mutex> lock(mutex_);
       ++sleeping_;
-      work_ready_.wait(lock, [&] { return stopping_.load() || generation_.load() != seen; });
+      work_ready_.wait(lock, [&] { return stopping_.load() || generation_of(ticket_.load()) != seen; });
       --sleeping_;
     }
   }
@@ -76,13 +94,12 @@ bool ThreadPool::wait_for_generation(uint64_t seen) {
 }
 
 void ThreadPool::worker_loop() {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   while (wait_for_generation(seen)) {
-    // Every worker finishes every generation before the next can start, so the one it
-    // sees now is exactly seen + 1.
-    seen = generation_.load(std::memory_order_acquire);
-    run_chunks();
-    unfinished_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    // A worker that slept through loops joins the newest; the ones it missed were
+    // finished without it.
+    seen = generation_of(ticket_.load(std::memory_order_acquire));
+    run_chunks(seen);
   }
 }
 
@@ -100,28 +117,34 @@ void ThreadPool::run_on_every_thread(FunctionRef<void()> body) {
 void ThreadPool::parallel_for(size_t n, size_t grain, FunctionRef<void(size_t, size_t)> body) {
   if (n == 0) return;
   if (grain == 0) grain = (n + num_threads() - 1) / num_threads();
+  // Chunk numbers live in 32 bits of the ticket.
+  grain = std::max(grain, (n + kClosed - 2) / (kClosed - 1));
   if (workers_.empty() || n <= grain) {
     body(0, n);
     return;
   }
+  const auto chunks = static_cast<uint32_t>((n + grain - 1) / grain);
   body_ = &body;
   total_ = n;
   grain_ = grain;
   first_error_ = nullptr;
-  next_chunk_.store(0, std::memory_order_relaxed);
-  unfinished_workers_.store(workers_.size(), std::memory_order_relaxed);
+  failed_.store(false, std::memory_order_relaxed);
+  done_chunks_.store(0, std::memory_order_relaxed);
+  num_chunks_.store(chunks, std::memory_order_release);
+  const uint32_t generation = ++generation_;
   bool wake = false;
   {
     // Publishing under the mutex pairs with a worker's check before it sleeps, so no
     // wake-up is lost.
     std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+    ticket_.store(static_cast<uint64_t>(generation) << 32, std::memory_order_release);
     wake = sleeping_ > 0;
   }
   if (wake) work_ready_.notify_all();
-  run_chunks();
-  // Wait for every worker to leave this generation, so `body` outlives every use.
-  for (int polls = 0; unfinished_workers_.load(std::memory_order_acquire) != 0; ++polls) wait_a_little(polls);
+  run_chunks(generation);
+  // Only chunks a worker claimed and has not finished are waited for.
+  for (int polls = 0; done_chunks_.load(std::memory_order_acquire) != chunks; ++polls) wait_a_little(polls);
+  ticket_.store(static_cast<uint64_t>(generation) << 32 | kClosed, std::memory_order_relaxed);
   body_ = nullptr;
   std::exception_ptr error;
   {

@@ -7,6 +7,11 @@
 // a short while (kSpinSeconds) before they sleep, chunks are claimed with one atomic add,
 // and the body is passed as a FunctionRef, which never allocates. Waiting threads yield
 // their core after a few thousand polls, so an oversubscribed machine still progresses.
+//
+// A loop is over once its chunks are done, whoever did them: the caller never waits for
+// a worker that took no chunk. On a machine with more runnable threads than cores (two
+// test processes, a busy neighbour) a worker may not run for a whole time slice, and
+// waiting for it to check in made every loop that long; now the caller takes its chunks.
 #pragma once
 
 #include <atomic>
@@ -46,19 +51,30 @@ class ThreadPool {
   static constexpr double kSpinSeconds = 0.002;
 
  private:
+  // A ticket holds the loop's generation in its high 32 bits and the next unclaimed
+  // chunk in its low 32; kClosed there once the loop's chunks are all done.
+  static constexpr uint32_t kClosed = 0xffffffffu;
+  static uint32_t generation_of(uint64_t ticket) { return static_cast<uint32_t>(ticket >> 32); }
+
   void worker_loop();
-  void run_chunks();
-  bool wait_for_generation(uint64_t seen);
+  bool claim_chunk(uint32_t generation, uint32_t& chunk);
+  void run_chunks(uint32_t generation);
+  bool wait_for_generation(uint32_t seen);
 
   std::vector<std::thread> workers_;
-  // The current loop. Written by parallel_for before it publishes a new generation,
-  // read by workers after they observe it.
+  // The current loop. Written by parallel_for before it publishes a new generation; a
+  // thread reads them only after it has claimed a chunk, which keeps the loop open until
+  // that chunk is done, so they cannot change under it.
   const FunctionRef<void(size_t, size_t)>* body_ = nullptr;
   size_t total_ = 0;
   size_t grain_ = 1;
-  std::atomic<size_t> next_chunk_{0};
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<size_t> unfinished_workers_{0};  // workers yet to finish the current generation
+  uint32_t generation_ = 0;  // the caller's count of loops
+  std::atomic<uint64_t> ticket_{0};
+  // Stored with release after the previous loop's ticket is closed: a thread that reads a
+  // new count is sure to fail to claim from an old ticket (claim_chunk).
+  std::atomic<uint32_t> num_chunks_{0};
+  std::atomic<uint32_t> done_chunks_{0};
+  std::atomic<bool> failed_{false};  // a body threw: the remaining chunks are skipped
   std::atomic<bool> stopping_{false};
 
   std::mutex mutex_;  // guards sleeping_, first_error_ and the sleep/wake handshake

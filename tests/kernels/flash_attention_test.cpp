@@ -108,7 +108,7 @@ struct Case {
 // scores (relative error ~ u per term), which moves softmax weights by about the absolute
 // score error and so matters only when scores are large (the ×50 stress cases).
 void check_case(const Case& c, AttentionScratch& scratch, uint64_t seed) {
-  SCOPED_TRACE(testing::Message() << "heads " << c.heads << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim
+  SCOPED_TRACE(::testing::Message() << "heads " << c.heads << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim
                                   << (c.storage == KvStorage::kInt8 ? " int8" : " f32") << " queries "
                                   << c.num_queries << " first " << c.first_position << " q x" << c.q_multiplier);
   Random random(seed);
@@ -163,11 +163,11 @@ void check_case(const Case& c, AttentionScratch& scratch, uint64_t seed) {
     for (int64_t x = int64_t{c.heads} * hd; x < out_stride; ++x)
       ASSERT_EQ(out[static_cast<size_t>(i * out_stride + x)], sentinel);
   }
-  testing::Test::RecordProperty("worst_error", std::to_string(worst));
+  ::testing::Test::RecordProperty("worst_error", std::to_string(worst));
 }
 
 // (head_dim, group, storage): every token count and start position below, all kv heads.
-class FlashAttentionTest : public testing::TestWithParam<std::tuple<int, int, KvStorage>> {};
+class FlashAttentionTest : public ::testing::TestWithParam<std::tuple<int, int, KvStorage>> {};
 
 TEST_P(FlashAttentionTest, MatchesDoubleReferenceAndSimpleKernel) {
   const auto [head_dim, group, storage] = GetParam();
@@ -181,8 +181,8 @@ TEST_P(FlashAttentionTest, MatchesDoubleReferenceAndSimpleKernel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionTest,
-                         testing::Combine(testing::Values(16, 64, 128, 24), testing::Values(1, 2, 8),
-                                          testing::Values(KvStorage::kF32, KvStorage::kInt8, KvStorage::kBF16)));
+                         ::testing::Combine(::testing::Values(16, 64, 128, 24), ::testing::Values(1, 2, 8),
+                                          ::testing::Values(KvStorage::kF32, KvStorage::kInt8, KvStorage::kBF16)));
 
 TEST(FlashAttention, LargeScoresStayStable) {
   AttentionScratch scratch;
@@ -219,7 +219,7 @@ TEST(FlashAttention, BidirectionalSeesEveryKey) {
   Random random(31);
   for (const auto& [heads, head_dim, num_keys, num_queries] :
        std::vector<std::tuple<int, int, int64_t, int>>{{4, 16, 24, 24}, {16, 80, 300, 64}, {2, 20, 7, 70}, {3, 33, 130, 1}}) {
-    SCOPED_TRACE(testing::Message() << heads << " heads of " << head_dim << ", " << num_keys << " keys, "
+    SCOPED_TRACE(::testing::Message() << heads << " heads of " << head_dim << ", " << num_keys << " keys, "
                                     << num_queries << " queries");
     const AttentionShape shape{heads, heads, head_dim, static_cast<float>(1.0 / std::sqrt(double(head_dim))),
                                KvStorage::kF32};

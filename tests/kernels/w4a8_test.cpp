@@ -32,7 +32,7 @@ struct W4a8Tensors {
   }
 };
 
-W4a8Tensors random_tensors(int64_t k, int64_t n, uint32_t seed) {
+W4a8Tensors random_w4a8_tensors(int64_t k, int64_t n, uint32_t seed) {
   std::mt19937 random(seed);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   W4a8Tensors t{k, n, {}, {}, 0.0f};
@@ -89,7 +89,7 @@ TEST(W4a8Test, HadamardTransformMatchesItsDefinition) {
 
 TEST(W4a8Test, ProductEqualsTheReleaseArithmetic) {
   for (const auto& [k, n, hadamard] : {std::tuple<int64_t, int64_t, int>{256, 40, 0}, {128, 33, 128}, {96, 16, 32}}) {
-    const W4a8Tensors t = random_tensors(k, n, static_cast<uint32_t>(k + n));
+    const W4a8Tensors t = random_w4a8_tensors(k, n, static_cast<uint32_t>(k + n));
     // All of the matrix, and columns [3, n) as a fused tensor's second part.
     for (const int64_t first : {int64_t{0}, int64_t{3}}) {
       const WeightMatrix w = make_w4a8_weight(t.packed.data(), t.weight_scale.data(), t.activation_scale, hadamard, k,
@@ -146,7 +146,7 @@ TEST(W4a8Test, ActivationsRoundHalfAwayFromZero) {
 }
 
 TEST(W4a8Test, RefusesAScaleThatIsNotPositive) {
-  const W4a8Tensors t = random_tensors(64, 16, 1);
+  const W4a8Tensors t = random_w4a8_tensors(64, 16, 1);
   for (const float bad : {0.0f, -1.0f, std::nanf("")})
     EXPECT_THROW(make_w4a8_weight(t.packed.data(), t.weight_scale.data(), bad, 0, 64, 16, 0, 16), Error);
 }

@@ -23,7 +23,7 @@ struct Wint2Tensors {
 };
 
 // Random tensors whose codes cover the whole 15-bit range, as a quantizer's would.
-Wint2Tensors random_tensors(int64_t k, int64_t n, uint32_t seed) {
+Wint2Tensors random_wint2_tensors(int64_t k, int64_t n, uint32_t seed) {
   std::mt19937 random(seed);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   Wint2Tensors t;
@@ -54,7 +54,7 @@ void write_raw(const std::string& path, const std::vector<T>& values) {
 }
 
 TEST(Wint2Test, DequantizedWeightsEqualTheNumpyReferenceExactly) {
-  const Wint2Tensors t = random_tensors(256, 48, 7);
+  const Wint2Tensors t = random_wint2_tensors(256, 48, 7);
   testing::TempDir dir;
   write_raw(dir.file("quant_weight.u8"), t.quant_weight);
   write_raw(dir.file("weight_scale.u8"), t.weight_scale);
@@ -76,7 +76,7 @@ TEST(Wint2Test, DequantizedWeightsEqualTheNumpyReferenceExactly) {
 }
 
 TEST(Wint2Test, MatmulEqualsTheDequantizedProductForDecodeAndPrefill) {
-  const Wint2Tensors t = random_tensors(512, 96, 11);
+  const Wint2Tensors t = random_wint2_tensors(512, 96, 11);
   const WeightMatrix w = matrix_of(t);
   ThreadPool pool(2);
   std::mt19937 random(3);
@@ -99,7 +99,7 @@ TEST(Wint2Test, MatmulEqualsTheDequantizedProductForDecodeAndPrefill) {
 }
 
 TEST(Wint2Test, InputsThatAreNotWholeScaleBytesAreRefused) {
-  const Wint2Tensors t = random_tensors(128, 4, 1);
+  const Wint2Tensors t = random_wint2_tensors(128, 4, 1);
   EXPECT_NE(testing::error_message([&] {
               make_wint2_weight(t.quant_weight.data(), t.weight_scale.data(), t.super_scales.data(),
                                 t.code_scale.data(), t.code_zp.data(), 64, 4, 0, 4);

@@ -55,7 +55,7 @@ nlohmann::json config_21b() {
   return config;
 }
 
-std::string error_of(const nlohmann::json& config) {
+std::string config_error_of(const nlohmann::json& config) {
   return testing::error_message([&] { parse_model_config(config.dump(), "config.json"); });
 }
 
@@ -157,25 +157,25 @@ TEST(ModelConfigTest, ReadsTheVlConfig) {
 TEST(ModelConfigTest, RefusesVlConfigsWeCannotCompute) {
   nlohmann::json config = config_vl_28b();
   config.erase("vision_config");
-  EXPECT_THAT(error_of(config), HasSubstr("needs the object \"vision_config\""));
+  EXPECT_THAT(config_error_of(config), HasSubstr("needs the object \"vision_config\""));
   config = config_vl_28b();
   config["freq_allocation"] = 21;
-  EXPECT_THAT(error_of(config), HasSubstr("freq_allocation 21 must lie in 0..64 and leave an even number"));
+  EXPECT_THAT(config_error_of(config), HasSubstr("freq_allocation 21 must lie in 0..64 and leave an even number"));
   config = config_vl_28b();
   config["moe_num_experts"] = {64, 32};
-  EXPECT_THAT(error_of(config), HasSubstr("only equal counts are supported"));
+  EXPECT_THAT(config_error_of(config), HasSubstr("only equal counts are supported"));
   config = config_vl_28b();
   config["moe_layer_start_index"] = {1, 2};
-  EXPECT_THAT(error_of(config), HasSubstr("moe_layer_start_index differs between text (1) and vision (2)"));
+  EXPECT_THAT(config_error_of(config), HasSubstr("moe_layer_start_index differs between text (1) and vision (2)"));
   config = config_vl_28b();
   config["vision_config"]["num_heads"] = 3;
-  EXPECT_THAT(error_of(config), HasSubstr("must split into num_heads (3) heads"));
+  EXPECT_THAT(config_error_of(config), HasSubstr("must split into num_heads (3) heads"));
   config = config_vl_28b();
   config["im_patch_id"] = 200000;
-  EXPECT_THAT(error_of(config), HasSubstr("im_patch_id 200000 is outside the vocabulary"));
+  EXPECT_THAT(config_error_of(config), HasSubstr("im_patch_id 200000 is outside the vocabulary"));
   config = config_vl_28b();
   config["text_config"] = nlohmann::json::object();
-  EXPECT_THAT(error_of(config), HasSubstr("transformers-native ERNIE-VL format"));
+  EXPECT_THAT(config_error_of(config), HasSubstr("transformers-native ERNIE-VL format"));
 }
 
 TEST(ModelConfigTest, EosMayBeAList) {
@@ -187,40 +187,40 @@ TEST(ModelConfigTest, EosMayBeAList) {
 TEST(ModelConfigTest, RefusesWhatWeCannotCompute) {
   nlohmann::json unknown = config_03b();
   unknown["architectures"] = {"LlamaForCausalLM"};
-  EXPECT_THAT(error_of(unknown), HasSubstr("unsupported architecture \"LlamaForCausalLM\""));
-  EXPECT_THAT(error_of(unknown), HasSubstr("Ernie4_5_MoeForCausalLM"));
+  EXPECT_THAT(config_error_of(unknown), HasSubstr("unsupported architecture \"LlamaForCausalLM\""));
+  EXPECT_THAT(config_error_of(unknown), HasSubstr("Ernie4_5_MoeForCausalLM"));
 
   nlohmann::json indivisible = config_03b();
   indivisible["num_key_value_heads"] = 3;
-  EXPECT_THAT(error_of(indivisible), HasSubstr("must be divisible by num_key_value_heads (3)"));
+  EXPECT_THAT(config_error_of(indivisible), HasSubstr("must be divisible by num_key_value_heads (3)"));
 
   nlohmann::json no_head_dim = config_03b();
   no_head_dim.erase("head_dim");
-  EXPECT_THAT(error_of(no_head_dim), HasSubstr("missing required field \"head_dim\""));
+  EXPECT_THAT(config_error_of(no_head_dim), HasSubstr("missing required field \"head_dim\""));
 
   nlohmann::json wrong_type = config_03b();
   wrong_type["hidden_size"] = "1024";
-  EXPECT_THAT(error_of(wrong_type), HasSubstr("\"hidden_size\" must be an integer"));
+  EXPECT_THAT(config_error_of(wrong_type), HasSubstr("\"hidden_size\" must be an integer"));
 
   nlohmann::json negative = config_03b();
   negative["num_hidden_layers"] = 0;
-  EXPECT_THAT(error_of(negative), HasSubstr("\"num_hidden_layers\" must be positive"));
+  EXPECT_THAT(config_error_of(negative), HasSubstr("\"num_hidden_layers\" must be positive"));
 
   nlohmann::json biased = config_03b();
   biased["use_bias"] = true;
-  EXPECT_THAT(error_of(biased), HasSubstr("use_bias"));
+  EXPECT_THAT(config_error_of(biased), HasSubstr("use_bias"));
 
   nlohmann::json scaled = config_03b();
   scaled["rope_scaling"] = {{"type", "yarn"}};
-  EXPECT_THAT(error_of(scaled), HasSubstr("rope_scaling"));
+  EXPECT_THAT(config_error_of(scaled), HasSubstr("rope_scaling"));
 
   nlohmann::json too_many = config_21b();
   too_many["moe_k"] = 65;
-  EXPECT_THAT(error_of(too_many), HasSubstr("moe_k (65) exceeds moe_num_experts (64)"));
+  EXPECT_THAT(config_error_of(too_many), HasSubstr("moe_k (65) exceeds moe_num_experts (64)"));
 
   nlohmann::json bad_range = config_21b();
   bad_range["moe_layer_start_index"] = 30;
-  EXPECT_THAT(error_of(bad_range), HasSubstr("moe_layer_start_index 30"));
+  EXPECT_THAT(config_error_of(bad_range), HasSubstr("moe_layer_start_index 30"));
 }
 
 TEST(ModelConfigTest, BadJsonNamesTheFile) {
@@ -273,10 +273,10 @@ TEST(ModelConfigTest, RefusesW4A8LayoutsAndFieldsItDoesNotRead) {
     nlohmann::json quantization = base;
     quantization[key] = value;
     config["quantization_config"] = quantization;
-    return error_of(config);
+    return config_error_of(config);
   };
   config["quantization_config"] = {{"quantization", "mix_quant"}, {"moe_quant_type", "w4a8"}};
-  EXPECT_THAT(error_of(config), HasSubstr("\"is_permuted\": false"));
+  EXPECT_THAT(config_error_of(config), HasSubstr("\"is_permuted\": false"));
   EXPECT_THAT(error_with("is_permuted", true), HasSubstr("permuted layout"));
   EXPECT_THAT(error_with("hadamard_block_size", 96), HasSubstr("hadamard_block_size must be a power of two"));
   EXPECT_THAT(error_with("kv_cache_quant_type", "int4_zp"), HasSubstr("kv_cache_quant_type \"int4_zp\""));

@@ -30,14 +30,6 @@ std::vector<float> our_mtp_logits(ErnieModel& model, const std::vector<int32_t>&
   return model.forward_mtp(single_sequence_batch(*cache, next, 0, true), inputs, normalize_hidden);
 }
 
-double max_difference(const std::vector<float>& ours, const std::vector<float>& theirs) {
-  EXPECT_EQ(ours.size(), theirs.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(ours.size(), theirs.size()); ++i)
-    worst = std::max(worst, std::fabs(static_cast<double>(ours[i]) - theirs[i]));
-  return worst;
-}
-
 class MtpReferenceTest : public ::testing::TestWithParam<CheckpointLayout> {};
 
 TEST_P(MtpReferenceTest, LogitsAgreeWithTheNumpyReference) {
@@ -79,14 +71,14 @@ TEST_P(MtpReferenceTest, LogitsAgreeWithTheNumpyReference) {
     SCOPED_TRACE(normed ? "final-normed hidden input" : "pre-norm hidden input");
     const std::vector<float> ours = our_mtp_logits(*model, ids, normed);
     ASSERT_EQ(ours.size(), (ids.size() - 1) * static_cast<size_t>(spec.vocab_size));
-    EXPECT_LE(max_difference(ours, theirs[normed]), 2e-3);
-    EXPECT_GT(max_difference(ours, theirs[!normed]), 0.05) << "the two inputs must be told apart";
+    EXPECT_LE(testing::max_abs_difference(ours, theirs[normed]), 2e-3);
+    EXPECT_GT(testing::max_abs_difference(ours, theirs[!normed]), 0.05) << "the two inputs must be told apart";
   }
   // Drafting projects through an int8 copy of the head: close, and the same argmax on
   // nearly every row (a different one only costs a rejected draft).
   model->prepare_mtp();
   const std::vector<float> drafted = our_mtp_logits(*model, ids, false);
-  EXPECT_LE(max_difference(drafted, theirs[false]), 0.25);
+  EXPECT_LE(testing::max_abs_difference(drafted, theirs[false]), 0.25);
   int same = 0;
   const auto rows = static_cast<int>(ids.size() - 1);
   for (int row = 0; row < rows; ++row) {

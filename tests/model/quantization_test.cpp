@@ -20,7 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing::golden_model_dir;
 
-std::string error_of(std::string_view value, const ModelConfig& config) {
+std::string quantization_error_of(std::string_view value, const ModelConfig& config) {
   return testing::error_message([&] { parse_quantization(value, config); });
 }
 
@@ -56,12 +56,12 @@ TEST(QuantizationPlanTest, FastDeployNamesAndRules) {
 
 TEST(QuantizationPlanTest, RefusesWhatItCannotRunNamingTheChoices) {
   const ModelConfig dense = load_model_config(golden_model_dir("tiny-dense"));
-  EXPECT_THAT(error_of("wint3", dense), HasSubstr("\"wint3\" is not a quantization ernie.cpp knows; use wint8, wint4"));
-  EXPECT_THAT(error_of("w4a8", dense), HasSubstr("FastDeploy GPU scheme"));
-  EXPECT_THAT(error_of("{not json", dense), HasSubstr("not valid JSON"));
-  EXPECT_THAT(error_of(R"({"quantization":"mix_quant","dense_type":"wint8"})", dense),
+  EXPECT_THAT(quantization_error_of("wint3", dense), HasSubstr("\"wint3\" is not a quantization ernie.cpp knows; use wint8, wint4"));
+  EXPECT_THAT(quantization_error_of("w4a8", dense), HasSubstr("FastDeploy GPU scheme"));
+  EXPECT_THAT(quantization_error_of("{not json", dense), HasSubstr("not valid JSON"));
+  EXPECT_THAT(quantization_error_of(R"({"quantization":"mix_quant","dense_type":"wint8"})", dense),
               HasSubstr("unknown key \"dense_type\""));
-  EXPECT_THAT(error_of(R"({"quantization":"mix_quant","dense_quant_type":"wint8","kv_cache_quant_type":"int4_zp"})",
+  EXPECT_THAT(quantization_error_of(R"({"quantization":"mix_quant","dense_quant_type":"wint8","kv_cache_quant_type":"int4_zp"})",
                        dense),
               HasSubstr("kv_cache_quant_type \"int4_zp\" is not supported"));
 }

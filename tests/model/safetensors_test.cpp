@@ -20,7 +20,7 @@ std::vector<uint8_t> image(const std::string& header, size_t data_bytes) {
   return bytes;
 }
 
-std::string error_of(const std::vector<uint8_t>& bytes) {
+std::string header_error_of(const std::vector<uint8_t>& bytes) {
   return testing::error_message([&] { parse_safetensors_header(bytes, "x.safetensors"); });
 }
 
@@ -44,34 +44,34 @@ TEST(SafetensorsHeaderTest, ParsesTensorsAndMetadata) {
 
 TEST(SafetensorsHeaderTest, RefusesEveryKindOfDefect) {
   const std::string ok_tensor = R"("t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
-  EXPECT_THAT(error_of({1, 2, 3}), HasSubstr("too short"));
+  EXPECT_THAT(header_error_of({1, 2, 3}), HasSubstr("too short"));
   auto too_long = image("{}", 0);
   too_long[0] = 200;  // claims 200 header bytes, has 2
-  EXPECT_THAT(error_of(too_long), HasSubstr("exceeds the file's remaining 2 bytes"));
+  EXPECT_THAT(header_error_of(too_long), HasSubstr("exceeds the file's remaining 2 bytes"));
   auto huge = image("{}", 0);
   huge[7] = 1;
-  EXPECT_THAT(error_of(huge), HasSubstr("exceeds the 104857600-byte limit"));
-  EXPECT_THAT(error_of(image("{\"t\":", 0)), HasSubstr("not valid JSON"));
-  EXPECT_THAT(error_of(image("[1]", 0)), HasSubstr("must be a JSON object"));
-  EXPECT_THAT(error_of(image(R"({"t":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8)),
+  EXPECT_THAT(header_error_of(huge), HasSubstr("exceeds the 104857600-byte limit"));
+  EXPECT_THAT(header_error_of(image("{\"t\":", 0)), HasSubstr("not valid JSON"));
+  EXPECT_THAT(header_error_of(image("[1]", 0)), HasSubstr("must be a JSON object"));
+  EXPECT_THAT(header_error_of(image(R"({"t":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8)),
               HasSubstr("unsupported tensor dtype \"I64\""));
-  EXPECT_THAT(error_of(image(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8)),
+  EXPECT_THAT(header_error_of(image(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8)),
               HasSubstr("shape [3] F32 needs 3 x 4 bytes but data_offsets span 8"));
-  EXPECT_THAT(error_of(image("{" + ok_tensor + "}", 4)), HasSubstr("beyond the data area of 4 bytes"));
-  EXPECT_THAT(error_of(image(R"({"t":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8)),
+  EXPECT_THAT(header_error_of(image("{" + ok_tensor + "}", 4)), HasSubstr("beyond the data area of 4 bytes"));
+  EXPECT_THAT(header_error_of(image(R"({"t":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8)),
               HasSubstr("reversed"));
-  EXPECT_THAT(error_of(image("{" + ok_tensor + R"(,"u":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8)),
+  EXPECT_THAT(header_error_of(image("{" + ok_tensor + R"(,"u":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8)),
               HasSubstr("overlap"));
-  EXPECT_THAT(error_of(image("{" + ok_tensor + "," + ok_tensor + "}", 8)), HasSubstr("\"t\" appears twice"));
-  EXPECT_THAT(error_of(image(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8)),
+  EXPECT_THAT(header_error_of(image("{" + ok_tensor + "," + ok_tensor + "}", 8)), HasSubstr("\"t\" appears twice"));
+  EXPECT_THAT(header_error_of(image(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8)),
               HasSubstr("non-negative integer"));
-  EXPECT_THAT(error_of(image(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", 8)),
+  EXPECT_THAT(header_error_of(image(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", 8)),
               HasSubstr("unknown field \"x\""));
-  EXPECT_THAT(error_of(image(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8)),
+  EXPECT_THAT(header_error_of(image(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8)),
               HasSubstr("overflows"));
-  EXPECT_THAT(error_of(image(R"({"__metadata__":{"format":3}})", 0)), HasSubstr("must be a string"));
-  EXPECT_THAT(error_of(image(std::string(100, '[') + std::string(100, ']'), 0)), HasSubstr("nests deeper"));
-  EXPECT_THAT(error_of(image(R"({"t":{"dtype":"F32","shape":[2]}})", 8)), HasSubstr("data_offsets"));
+  EXPECT_THAT(header_error_of(image(R"({"__metadata__":{"format":3}})", 0)), HasSubstr("must be a string"));
+  EXPECT_THAT(header_error_of(image(std::string(100, '[') + std::string(100, ']'), 0)), HasSubstr("nests deeper"));
+  EXPECT_THAT(header_error_of(image(R"({"t":{"dtype":"F32","shape":[2]}})", 8)), HasSubstr("data_offsets"));
 }
 
 TEST(SafetensorsFileTest, WriterOutputReadsBackBitExact) {

@@ -119,14 +119,6 @@ Prompt build_prompt(LanguageModel& model, ThreadPool& pool, const json& request)
   return prompt;
 }
 
-double max_difference(std::span<const float> ours, std::span<const float> theirs) {
-  EXPECT_EQ(ours.size(), theirs.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(ours.size(), theirs.size()); ++i)
-    worst = std::max(worst, std::fabs(static_cast<double>(ours[i]) - theirs[i]));
-  return worst;
-}
-
 struct Variant {
   CheckpointLayout layout;
   bool wint8;
@@ -171,7 +163,7 @@ TEST_P(VlReferenceTest, ImagesAndVideoAgreeWithTheNumpyReference) {
     // The vision tower's output rows.
     for (size_t item = 0; item < prompt.items.size(); ++item) {
       const std::vector<float> theirs = testing::read_f32_file(out + "/item" + std::to_string(item) + ".features.f32");
-      const double difference = max_difference(prompt.items[item].features, theirs);
+      const double difference = testing::max_abs_difference(prompt.items[item].features, theirs);
       if (variant.bf16_products) std::printf("[vl bf16 products] %s item %zu: features within %.3g\n", vl_case.name.c_str(), item, difference);
       // bf16 products round every activation to bf16 (8 bits of mantissa) before each of
       // the tower's matmuls: measured within 0.025 on these cases; a misplaced weight
@@ -190,7 +182,7 @@ TEST_P(VlReferenceTest, ImagesAndVideoAgreeWithTheNumpyReference) {
     const auto [logits, generated] = testing::run_multimodal(*model, prompt.tokens, *multimodal, greedy);
     const std::vector<float> theirs = testing::read_f32_file(out + "/logits.f32");
     if (!variant.wint8 && !variant.bf16_products) {
-      EXPECT_LE(max_difference(logits, theirs), 2e-3);
+      EXPECT_LE(testing::max_abs_difference(logits, theirs), 2e-3);
       EXPECT_EQ(generated, reference.at("greedy").get<std::vector<int32_t>>());
     } else {
       const testing::Divergence d = testing::compare_logits(theirs, logits, model->config().vocab_size);

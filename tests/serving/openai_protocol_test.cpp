@@ -10,7 +10,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-ApiError error_of(ApiKind kind, const std::string& body) {
+ApiError api_error_of(ApiKind kind, const std::string& body) {
   try {
     parse_openai_request(kind, body, {});
   } catch (const ApiException& exception) {
@@ -73,28 +73,28 @@ TEST(OpenAiProtocolTest, CompletionPromptForms) {
 }
 
 TEST(OpenAiProtocolTest, ErrorsNameTheField) {
-  EXPECT_EQ(error_of(ApiKind::kChat, "{not json").param, "");
-  EXPECT_THAT(error_of(ApiKind::kChat, "{not json").message, HasSubstr("not valid JSON"));
-  EXPECT_EQ(error_of(ApiKind::kChat, "[1]").status, 400);
-  EXPECT_EQ(error_of(ApiKind::kChat, R"({})").param, "messages");
-  EXPECT_EQ(error_of(ApiKind::kChat, R"({"messages": []})").param, "messages");
-  EXPECT_EQ(error_of(ApiKind::kChat, R"({"messages": [{"content": "x"}]})").param, "messages");
-  EXPECT_EQ(error_of(ApiKind::kChat, R"({"messages": [{"role": "robot", "content": "x"}]})").param, "messages");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{not json").param, "");
+  EXPECT_THAT(api_error_of(ApiKind::kChat, "{not json").message, HasSubstr("not valid JSON"));
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "[1]").status, 400);
+  EXPECT_EQ(api_error_of(ApiKind::kChat, R"({})").param, "messages");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, R"({"messages": []})").param, "messages");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, R"({"messages": [{"content": "x"}]})").param, "messages");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, R"({"messages": [{"role": "robot", "content": "x"}]})").param, "messages");
   const std::string ok = R"("messages": [{"role": "user", "content": "x"}])";
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "temperature": "hot"})").param, "temperature");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "max_tokens": 0})").param, "max_tokens");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "top_logprobs": 3})").param, "top_logprobs");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "top_logprobs": -2, "logprobs": true})").param, "top_logprobs");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "prompt_logprobs": -3})").param, "prompt_logprobs");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "temp_scaled_logprobs": 1})").param, "temp_scaled_logprobs");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "stream_options": {"include_usage": true}})").param, "stream_options");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "n": 0})").param, "n");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "seed": -1})").param, "seed");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "stop": ["a","b","c","d","e","f"]})").param, "stop");
-  EXPECT_EQ(error_of(ApiKind::kChat, "{" + ok + R"(, "stop_token_ids": [-3]})").param, "stop_token_ids");
-  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": ""})").param, "prompt");
-  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": ["a", [1]]})").param, "prompt");
-  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": {"a": 1}})").param, "prompt");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{" + ok + R"(, "temperature": "hot"})").param, "temperature");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{" + ok + R"(, "max_tokens": 0})").param, "max_tokens");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{" + ok + R"(, "top_logprobs": 3})").param, "top_logprobs");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{" + ok + R"(, "top_logprobs": -2, "logprobs": true})").param, "top_logprobs");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{" + ok + R"(, "prompt_logprobs": -3})").param, "prompt_logprobs");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{" + ok + R"(, "temp_scaled_logprobs": 1})").param, "temp_scaled_logprobs");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{" + ok + R"(, "stream_options": {"include_usage": true}})").param, "stream_options");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{" + ok + R"(, "n": 0})").param, "n");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{" + ok + R"(, "seed": -1})").param, "seed");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{" + ok + R"(, "stop": ["a","b","c","d","e","f"]})").param, "stop");
+  EXPECT_EQ(api_error_of(ApiKind::kChat, "{" + ok + R"(, "stop_token_ids": [-3]})").param, "stop_token_ids");
+  EXPECT_EQ(api_error_of(ApiKind::kCompletion, R"({"prompt": ""})").param, "prompt");
+  EXPECT_EQ(api_error_of(ApiKind::kCompletion, R"({"prompt": ["a", [1]]})").param, "prompt");
+  EXPECT_EQ(api_error_of(ApiKind::kCompletion, R"({"prompt": {"a": 1}})").param, "prompt");
 }
 
 TEST(OpenAiProtocolTest, ToolsToolChoiceAndThinkingBudget) {
@@ -110,7 +110,7 @@ TEST(OpenAiProtocolTest, ToolsToolChoiceAndThinkingBudget) {
   // An empty list means no tools.
   EXPECT_TRUE(parse_openai_request(ApiKind::kChat, "{\"messages\": [" + user + R"(], "tools": []})", {}).tools.is_null());
 
-  const auto param = [&](const std::string& rest) { return error_of(ApiKind::kChat, "{\"messages\": [" + user + "], " + rest + "}").param; };
+  const auto param = [&](const std::string& rest) { return api_error_of(ApiKind::kChat, "{\"messages\": [" + user + "], " + rest + "}").param; };
   const auto chat = [&](const std::string& rest) {
     return parse_openai_request(ApiKind::kChat, "{\"messages\": [" + user + "], " + rest + "}", {});
   };
@@ -133,11 +133,11 @@ TEST(OpenAiProtocolTest, ToolsToolChoiceAndThinkingBudget) {
   const std::string history = R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [)" +
                               call + R"(]}, {"role": "tool", "tool_call_id": "c1", "content": "42"}]})";
   EXPECT_EQ(parse_openai_request(ApiKind::kChat, history, {}).messages.size(), 3u);
-  EXPECT_THAT(error_of(ApiKind::kChat, R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]})").message,
+  EXPECT_THAT(api_error_of(ApiKind::kChat, R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]})").message,
               HasSubstr("\"function\": {\"name\""));
-  EXPECT_THAT(error_of(ApiKind::kChat, R"({"messages": [{"role": "assistant", "tool_calls": {"a": 1}}]})").message,
+  EXPECT_THAT(api_error_of(ApiKind::kChat, R"({"messages": [{"role": "assistant", "tool_calls": {"a": 1}}]})").message,
               HasSubstr("must be a list"));
-  EXPECT_THAT(error_of(ApiKind::kChat, R"({"messages": [{"role": "tool", "tool_call_id": "c1"}]})").message,
+  EXPECT_THAT(api_error_of(ApiKind::kChat, R"({"messages": [{"role": "tool", "tool_call_id": "c1"}]})").message,
               HasSubstr("needs \"content\""));
 }
 
@@ -177,20 +177,20 @@ TEST(OpenAiProtocolTest, DeepNestingIsRefusedBeforeParsing) {
       {"{" + user + R"(, "tools": )", "}"},
   };
   for (const auto& [before, after] : places) {
-    const ApiError error = error_of(ApiKind::kChat, before + nested_array(70000) + after);
+    const ApiError error = api_error_of(ApiKind::kChat, before + nested_array(70000) + after);
     EXPECT_EQ(error.status, 400);
     EXPECT_THAT(error.message, HasSubstr("the limit is 64")) << before;
   }
   EXPECT_EQ(json_nesting_depth(R"({"a": "[[[[{{{{", "b": [[1]]})"), 3u) << "brackets inside strings do not count";
   EXPECT_EQ(json_nesting_depth(R"({"a": "\"[[[", "b": 1})"), 1u) << "an escaped quote does not end the string";
   // 64 levels in all (the body object is one) is still fine.
-  const ApiError ok = error_of(ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x"}], "x": )" +
+  const ApiError ok = api_error_of(ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x"}], "x": )" +
                                                    nested_array(63) + "}");
   EXPECT_EQ(ok.status, 0) << ok.message;
 }
 
 TEST(OpenAiProtocolTest, JsonErrorsDoNotNameTheLibrarysExceptions) {
-  const ApiError error = error_of(ApiKind::kChat, "{\"messages\": [}");
+  const ApiError error = api_error_of(ApiKind::kChat, "{\"messages\": [}");
   EXPECT_EQ(error.status, 400);
   EXPECT_THAT(error.message, HasSubstr("not valid JSON"));
   EXPECT_THAT(error.message, ::testing::Not(HasSubstr("json.exception")));
@@ -232,7 +232,7 @@ TEST(OpenAiProtocolTest, EveryConstraintFieldBecomesOneConstraint) {
 
 TEST(OpenAiProtocolTest, MalformedOrConflictingConstraintsAreRefusedNamingTheField) {
   const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
-  const auto refused = [&](const std::string& field) { return error_of(ApiKind::kChat, "{" + messages + ", " + field + "}"); };
+  const auto refused = [&](const std::string& field) { return api_error_of(ApiKind::kChat, "{" + messages + ", " + field + "}"); };
   EXPECT_EQ(refused(R"("guided_regex": 5)").param, "guided_regex");
   EXPECT_EQ(refused(R"("guided_choice": [])").param, "guided_choice");
   EXPECT_EQ(refused(R"("guided_choice": ["a", 1])").param, "guided_choice");
@@ -249,9 +249,9 @@ TEST(OpenAiProtocolTest, MalformedOrConflictingConstraintsAreRefusedNamingTheFie
 }
 
 TEST(OpenAiProtocolTest, RequestIdsMustBePrintableAndShort) {
-  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": "x", "request_id": "a\nINFO forged line"})").param, "request_id");
-  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": "x", "request_id": ""})").param, "request_id");
-  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": "x", "request_id": ")" + std::string(300, 'a') + "\"}").param,
+  EXPECT_EQ(api_error_of(ApiKind::kCompletion, R"({"prompt": "x", "request_id": "a\nINFO forged line"})").param, "request_id");
+  EXPECT_EQ(api_error_of(ApiKind::kCompletion, R"({"prompt": "x", "request_id": ""})").param, "request_id");
+  EXPECT_EQ(api_error_of(ApiKind::kCompletion, R"({"prompt": "x", "request_id": ")" + std::string(300, 'a') + "\"}").param,
             "request_id");
   EXPECT_EQ(parse_openai_request(ApiKind::kCompletion, R"({"prompt": "x", "request_id": "mine-1"})", {}).request_id, "mine-1");
 }
@@ -260,7 +260,7 @@ TEST(OpenAiProtocolTest, BatchesAreCapped) {
   std::string prompts = "[";
   for (size_t i = 0; i <= kMaxPromptsPerRequest; ++i) prompts += (i ? ",\"p\"" : "\"p\"");
   prompts += "]";
-  const ApiError error = error_of(ApiKind::kCompletion, R"({"prompt": )" + prompts + "}");
+  const ApiError error = api_error_of(ApiKind::kCompletion, R"({"prompt": )" + prompts + "}");
   EXPECT_EQ(error.param, "prompt");
   EXPECT_THAT(error.message, HasSubstr("the limit is " + std::to_string(kMaxPromptsPerRequest)));
 }
@@ -289,7 +289,7 @@ TEST(OpenAiProtocolTest, CompletionLogprobsMayBeABoolean) {
   const OpenAiRequest off = parse_openai_request(ApiKind::kCompletion, R"({"prompt": "x", "logprobs": false})", {});
   EXPECT_FALSE(off.logprobs);
   EXPECT_EQ(parse_openai_request(ApiKind::kCompletion, R"({"prompt": "x", "logprobs": 3})", {}).top_logprobs, 3);
-  EXPECT_EQ(error_of(ApiKind::kCompletion, R"({"prompt": "x", "logprobs": "yes"})").param, "logprobs");
+  EXPECT_EQ(api_error_of(ApiKind::kCompletion, R"({"prompt": "x", "logprobs": "yes"})").param, "logprobs");
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ ServeConfig parse(std::vector<std::string> words) {
   return *parse_serve_args(static_cast<int>(argv.size()), argv.data(), 2);
 }
 
-std::string error_of(std::vector<std::string> words) {
+std::string flags_error_of(std::vector<std::string> words) {
   return testing::error_message([&] { parse(std::move(words)); });
 }
 
@@ -80,16 +80,16 @@ TEST(ServeConfigTest, WithoutModelTheShippedOneIsServed) {
 
 TEST(ServeConfigTest, BadValuesAndMisspellingsAreRefused) {
   const std::string model = testing::golden_model_dir("tiny-dense");
-  EXPECT_THAT(error_of({"--model", model, "--max-num-seq", "4"}), HasSubstr("did you mean --max-num-seqs?"));
-  EXPECT_THAT(error_of({"--model", model, "--quantization", "int3"}), HasSubstr("--quantization \"int3\" is not a quantization ernie.cpp knows"));
-  EXPECT_THAT(error_of({"--model", model, "--speculative-config", "{mtp"}), HasSubstr("expects a JSON object"));
-  EXPECT_THAT(error_of({"--model", model, "--reasoning-parser", "qwen3"}), HasSubstr("valid: ernie_x1, ernie-x1, ernie-45-vl"));
-  EXPECT_THAT(error_of({"--model", model, "--splitwise-role", "both"}), HasSubstr("splitwise-role"));
-  EXPECT_THAT(error_of({"--model", model, "--port", "70000"}), HasSubstr("--port must lie in 0..65535"));
-  EXPECT_THAT(error_of({"--model", "baidu/ERNIE-4.5-0.3B-PT"}), HasSubstr("local Hugging Face cache"));
-  EXPECT_THAT(error_of({"--model", model, "--max-waiting-time", "0"}), HasSubstr("or -1 for no limit"));
-  EXPECT_THAT(error_of({"--model", model, "--max-logprobs", "-2"}), HasSubstr("--max-logprobs must be -1"));
-  EXPECT_THAT(error_of({"--model", model, "--enable-early-stop", "--early-stop-config", R"({"enable_early_stop": false})"}),
+  EXPECT_THAT(flags_error_of({"--model", model, "--max-num-seq", "4"}), HasSubstr("did you mean --max-num-seqs?"));
+  EXPECT_THAT(flags_error_of({"--model", model, "--quantization", "int3"}), HasSubstr("--quantization \"int3\" is not a quantization ernie.cpp knows"));
+  EXPECT_THAT(flags_error_of({"--model", model, "--speculative-config", "{mtp"}), HasSubstr("expects a JSON object"));
+  EXPECT_THAT(flags_error_of({"--model", model, "--reasoning-parser", "qwen3"}), HasSubstr("valid: ernie_x1, ernie-x1, ernie-45-vl"));
+  EXPECT_THAT(flags_error_of({"--model", model, "--splitwise-role", "both"}), HasSubstr("splitwise-role"));
+  EXPECT_THAT(flags_error_of({"--model", model, "--port", "70000"}), HasSubstr("--port must lie in 0..65535"));
+  EXPECT_THAT(flags_error_of({"--model", "baidu/ERNIE-4.5-0.3B-PT"}), HasSubstr("local Hugging Face cache"));
+  EXPECT_THAT(flags_error_of({"--model", model, "--max-waiting-time", "0"}), HasSubstr("or -1 for no limit"));
+  EXPECT_THAT(flags_error_of({"--model", model, "--max-logprobs", "-2"}), HasSubstr("--max-logprobs must be -1"));
+  EXPECT_THAT(flags_error_of({"--model", model, "--enable-early-stop", "--early-stop-config", R"({"enable_early_stop": false})"}),
               HasSubstr("contradicts"));
 }
 

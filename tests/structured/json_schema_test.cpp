@@ -18,7 +18,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // A random document of the grammar over printable ASCII (nullopt when the walk ran long).
-std::optional<std::string> sample(GrammarMatcher& matcher, std::mt19937& random) {
+std::optional<std::string> sample_document(GrammarMatcher& matcher, std::mt19937& random) {
   MatchState state = matcher.start();
   std::string text;
   while (text.size() < 400) {
@@ -89,7 +89,7 @@ TEST(JsonSchemaTest, SampledDocumentsValidateWithPythonJsonschema) {
       GrammarMatcher matcher(compile_json_schema(schema, {.any_whitespace = any_whitespace}));
       json outputs = json::array();
       for (int i = 0; i < 40 && outputs.size() < 15; ++i)
-        if (const auto text = sample(matcher, random)) outputs.push_back(*text);
+        if (const auto text = sample_document(matcher, random)) outputs.push_back(*text);
       ASSERT_GE(outputs.size(), 5u) << "too few finished samples";
       cases.push_back({{"schema", schema}, {"outputs", outputs}});
     }

@@ -16,7 +16,7 @@ namespace ernie::structured {
 namespace {
 
 // A random ASCII sentence of the grammar (nullopt when the walk did not finish).
-std::optional<std::string> sample(GrammarMatcher& matcher, std::mt19937& random) {
+std::optional<std::string> sample_sentence(GrammarMatcher& matcher, std::mt19937& random) {
   MatchState state = matcher.start();
   std::string text;
   while (text.size() < 60) {
@@ -50,7 +50,7 @@ TEST(RegexTest, AgreesWithStdRegexOnSampledAndRandomStrings) {
     const std::regex oracle(plain, std::regex::ECMAScript);
     int sampled = 0;
     for (int i = 0; i < 200; ++i) {
-      if (const auto text = sample(matcher, random)) {
+      if (const auto text = sample_sentence(matcher, random)) {
         ++sampled;
         ASSERT_TRUE(std::regex_match(*text, oracle)) << "sampled \"" << *text << "\"";
       }

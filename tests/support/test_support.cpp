@@ -1,5 +1,6 @@
 #include "support/test_support.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -122,6 +123,14 @@ std::vector<double> log_softmax(const float* logits, int64_t v) {
 }
 
 }  // namespace
+
+double max_abs_difference(std::span<const float> ours, std::span<const float> theirs) {
+  EXPECT_EQ(ours.size(), theirs.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(ours.size(), theirs.size()); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(ours[i]) - theirs[i]));
+  return worst;
+}
 
 Divergence compare_logits(const std::vector<float>& reference, const std::vector<float>& other, int64_t v) {
   Divergence d;

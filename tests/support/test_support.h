@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,9 @@ struct Divergence {
   double top1_agree = 0;  // share of rows with the same argmax
 };
 Divergence compare_logits(const std::vector<float>& reference, const std::vector<float>& other, int64_t v);
+
+// The largest |ours[i] - theirs[i]|; different sizes fail the test.
+double max_abs_difference(std::span<const float> ours, std::span<const float> theirs);
 
 // Writes a synthetic checkpoint (weights only) into a new subdirectory of `parent`.
 std::string make_checkpoint(const TempDir& parent, const std::string& name, const SyntheticModelSpec& spec,

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "support/test_support.h"
 #include "text/tokenizer_trainer.h"
 #include "util/error.h"
 
@@ -20,9 +21,8 @@ namespace {
 using nlohmann::ordered_json;
 using ::testing::HasSubstr;
 
-const std::string kGoldenModels = std::string(ERNIE_SHARED_DIR) + "/golden/models";
 
-ordered_json read_json(const std::string& path) {
+ordered_json read_ordered_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open " + path);
   std::stringstream buffer;
@@ -32,7 +32,7 @@ ordered_json read_json(const std::string& path) {
 
 // The template and special tokens as the tokenizer would hand them over.
 ChatTemplate load_template(const std::string& model) {
-  const ordered_json config = read_json(kGoldenModels + "/" + model + "/tokenizer_config.json");
+  const ordered_json config = read_ordered_json(testing::golden_model_dir(model) + "/tokenizer_config.json");
   std::map<std::string, std::string> tokens;
   for (const char* name : {"bos_token", "eos_token", "unk_token", "pad_token", "cls_token", "sep_token", "mask_token"}) {
     if (config.contains(name) && config[name].is_string()) tokens[name] = config[name].get<std::string>();

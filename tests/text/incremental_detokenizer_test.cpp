@@ -13,7 +13,7 @@ namespace {
 // The golden tiny-dense tokenizer's byte pieces start at id 11 (byte b -> 11 + b); see
 // tokenizer_test.cpp and shared/golden/README.md.
 constexpr int32_t kFirstByte = 11;
-constexpr int32_t kBeginOfSentence = 3;
+constexpr int32_t kBosId = 3;
 
 int32_t byte_id(unsigned char byte) { return kFirstByte + byte; }
 
@@ -101,7 +101,7 @@ TEST_F(IncrementalDetokenizerTest, StreamEqualsDecodeOfEncodedText) {
 }
 
 TEST_F(IncrementalDetokenizerTest, SkipsSpecialTokensWhenAsked) {
-  const std::vector<int32_t> ids = {kBeginOfSentence, byte_id('h'), 2};
+  const std::vector<int32_t> ids = {kBosId, byte_id('h'), 2};
   EXPECT_EQ(stream(ids, true), "h");
   EXPECT_EQ(stream(ids, false), "<|begin_of_sentence|>h</s>");
 }

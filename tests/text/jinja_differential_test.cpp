@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "support/test_support.h"
 #include "text/jinja/template.h"
 #include "text/tokenizer_trainer.h"
 #include "util/error.h"
@@ -33,15 +34,8 @@ using nlohmann::ordered_json;
 
 const fs::path kCorpus = fs::path(ERNIE_SOURCE_DIR) / "tests/text/jinja_corpus";
 const fs::path kScript = fs::path(ERNIE_SOURCE_DIR) / "tests/text/jinja_render.py";
-const fs::path kGoldenModels = fs::path(ERNIE_SHARED_DIR) / "golden/models";
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open " + path.string());
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+using testing::read_file;
 
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
@@ -50,7 +44,7 @@ std::string shell_quote(const std::string& s) {
 }
 
 // Runs a shell command and returns its stdout; `status` gets the exit status.
-std::string run(const std::string& command, int& status) {
+std::string run_command(const std::string& command, int& status) {
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) throw std::runtime_error("cannot run " + command);
   std::string out;
@@ -65,7 +59,7 @@ std::string run(const std::string& command, int& status) {
 bool reference_available() {
   static const bool available = [] {
     int status = 0;
-    run(std::string(ERNIE_PYTHON3) + " -c 'import jinja2' 2>/dev/null", status);
+    run_command(std::string(ERNIE_PYTHON3) + " -c 'import jinja2' 2>/dev/null", status);
     return status == 0;
   }();
   return available;
@@ -81,7 +75,7 @@ std::vector<Result> reference(const std::vector<std::string>& args) {
   std::string command = std::string(ERNIE_PYTHON3) + " " + shell_quote(kScript.string());
   for (const auto& a : args) command += " " + shell_quote(a);
   int status = 0;
-  const std::string out = run(command + " 2>&1", status);
+  const std::string out = run_command(command + " 2>&1", status);
   if (status != 0) throw std::runtime_error("jinja_render.py failed (" + std::to_string(status) + "): " + out);
   std::vector<Result> results;
   for (const auto& r : ordered_json::parse(out)) {
@@ -187,7 +181,7 @@ TEST_P(JinjaDifferential, EveryConversationRendersLikeJinja2) {
   ScratchDir scratch;
   fs::path template_path = c.path;
   if (!c.golden_model.empty()) {
-    const auto config = ordered_json::parse(read_file(kGoldenModels / c.golden_model / "tokenizer_config.json"));
+    const auto config = ordered_json::parse(read_file(fs::path(testing::golden_model_dir(c.golden_model)) / "tokenizer_config.json"));
     template_path = scratch.path() / "template.jinja";
     std::ofstream(template_path, std::ios::binary) << config.at("chat_template").get<std::string>();
   } else if (!c.text.empty()) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/test_support.h"
 #include "util/error.h"
 
 namespace ernie {
@@ -16,7 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kGoldenModels = std::string(ERNIE_SHARED_DIR) + "/golden/models";
 
 // Layout of the golden tokenizers (read from the model protos, and stated in
 // shared/golden/README.md): <unk> 0, <s> 1, </s> 2, then <|begin_of_sentence|>,
@@ -36,8 +36,8 @@ int32_t dense_byte(unsigned char byte) { return kDenseFirstByte + byte; }
 class GoldenTokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dense_ = new Tokenizer(Tokenizer::load(kGoldenModels + "/tiny-dense"));
-    thinking_ = new Tokenizer(Tokenizer::load(kGoldenModels + "/tiny-thinking"));
+    dense_ = new Tokenizer(Tokenizer::load(testing::golden_model_dir("tiny-dense")));
+    thinking_ = new Tokenizer(Tokenizer::load(testing::golden_model_dir("tiny-thinking")));
   }
   static void TearDownTestSuite() {
     delete dense_;
@@ -234,7 +234,7 @@ class TokenizerDirTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   void copy_model(const std::string& as_name = "tokenizer.model") const {
-    fs::copy_file(kGoldenModels + "/tiny-dense/tokenizer.model", dir_ / as_name);
+    fs::copy_file(testing::golden_model_dir("tiny-dense") + "/tokenizer.model", dir_ / as_name);
   }
   void write(const std::string& name, const std::string& content) const {
     std::ofstream(dir_ / name, std::ios::binary) << content;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "support/test_support.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 
@@ -19,20 +20,14 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const std::string kGoldenModels = std::string(ERNIE_SHARED_DIR) + "/golden/models";
 
 fs::path unique_temp_dir(const std::string& name) {
   return fs::temp_directory_path() / ("ernie_trainer_test_" + std::to_string(getpid()) + "_" + name);
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
+using testing::read_file;
 
-json read_json(const fs::path& path) { return json::parse(read_file(path)); }
+json read_json_file(const fs::path& path) { return json::parse(read_file(path)); }
 
 // Trains once per suite (a fraction of a second each): a text tokenizer, and one with
 // the Thinking markers.
@@ -77,14 +72,14 @@ TEST_F(TokenizerTrainerTest, WritesTheThreeFiles) {
 }
 
 TEST_F(TokenizerTrainerTest, JsonFilesMatchTheGoldenOnes) {
-  EXPECT_EQ(read_json(*text_dir_ / "tokenizer_config.json"),
-            read_json(kGoldenModels + "/tiny-dense/tokenizer_config.json"));
-  EXPECT_EQ(read_json(*text_dir_ / "special_tokens_map.json"),
-            read_json(kGoldenModels + "/tiny-dense/special_tokens_map.json"));
+  EXPECT_EQ(read_json_file(*text_dir_ / "tokenizer_config.json"),
+            read_json_file(testing::golden_model_dir("tiny-dense") + "/tokenizer_config.json"));
+  EXPECT_EQ(read_json_file(*text_dir_ / "special_tokens_map.json"),
+            read_json_file(testing::golden_model_dir("tiny-dense") + "/special_tokens_map.json"));
   // The Thinking golden carries its own reconstructed chat template, which the trainer
   // does not write by default.
-  json config = read_json(*thinking_dir_ / "tokenizer_config.json");
-  json golden = read_json(kGoldenModels + "/tiny-thinking/tokenizer_config.json");
+  json config = read_json_file(*thinking_dir_ / "tokenizer_config.json");
+  json golden = read_json_file(testing::golden_model_dir("tiny-thinking") + "/tokenizer_config.json");
   EXPECT_EQ(config["added_tokens_decoder"], golden["added_tokens_decoder"]);
   config.erase("chat_template");
   golden.erase("chat_template");
@@ -92,7 +87,7 @@ TEST_F(TokenizerTrainerTest, JsonFilesMatchTheGoldenOnes) {
 }
 
 TEST_F(TokenizerTrainerTest, SpecialPiecesSitWhereTheGoldenModelsHaveThem) {
-  const Tokenizer golden = Tokenizer::load(kGoldenModels + "/tiny-thinking");
+  const Tokenizer golden = Tokenizer::load(testing::golden_model_dir("tiny-thinking"));
   EXPECT_EQ(thinking_->token_id("<unk>"), 0);
   EXPECT_EQ(thinking_->token_id("<s>"), 1);
   EXPECT_EQ(thinking_->token_id("</s>"), 2);
@@ -117,7 +112,7 @@ TEST_F(TokenizerTrainerTest, SpecialPiecesSitWhereTheGoldenModelsHaveThem) {
 }
 
 TEST_F(TokenizerTrainerTest, ChatTemplateIsTheErnieTextTemplate) {
-  const Tokenizer golden = Tokenizer::load(kGoldenModels + "/tiny-dense");
+  const Tokenizer golden = Tokenizer::load(testing::golden_model_dir("tiny-dense"));
   EXPECT_EQ(text_->chat_template(), golden.chat_template());
   EXPECT_EQ(ernie_text_chat_template(), golden.chat_template());
 }

@@ -66,5 +66,27 @@ TEST(ThreadPoolTest, WakesSleepingWorkersAndSurvivesOversubscription) {
   EXPECT_EQ(total.load(), 3 * 64 + 500 * 8);
 }
 
+// Workers may sleep through loops and wake holding an old one's ticket: a chunk must
+// only ever run inside its own loop, once. Four threads on a small machine, loops of
+// varying sizes back to back, so late workers are common.
+TEST(ThreadPoolTest, AChunkRunsOnlyInsideItsOwnLoop) {
+  ThreadPool pool(4);
+  std::atomic<int> current_loop{-1};
+  std::atomic<int> strays{0};
+  std::vector<std::atomic<int>> hits(64);
+  for (int loop = 0; loop < 100000; ++loop) {
+    const size_t n = 1 + static_cast<size_t>(loop * 7) % 64;
+    for (size_t i = 0; i < n; ++i) hits[i].store(0);
+    current_loop.store(loop);
+    pool.parallel_for(n, 1 + loop % 3, [&, loop](size_t begin, size_t end) {
+      if (current_loop.load() != loop) strays++;
+      for (size_t i = begin; i < end; ++i) hits[i]++;
+    });
+    current_loop.store(-1);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "loop " << loop << " index " << i;
+  }
+  EXPECT_EQ(strays.load(), 0);
+}
+
 }  // namespace
 }  // namespace ernie

@@ -4,9 +4,10 @@
 //
 // A forward pass runs a few hundred loops of tens of microseconds each, so handing out
 // work must cost far less than a futex wake-up: idle workers spin on the loop counter for
-// a short while (kSpinSeconds) before they sleep, chunks are claimed with one atomic add,
-// and the body is passed as a FunctionRef, which never allocates. Waiting threads yield
-// their core after a few thousand polls, so an oversubscribed machine still progresses.
+// a short while (kSpinSeconds) before they sleep, a chunk is claimed with one atomic
+// compare-and-swap, and the body is passed as a FunctionRef, which never allocates.
+// Waiting threads yield their core after a few thousand polls, so an oversubscribed
+// machine still progresses.
 //
 // A loop is over once its chunks are done, whoever did them: the caller never waits for
 // a worker that took no chunk. On a machine with more runnable threads than cores (two

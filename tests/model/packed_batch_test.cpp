@@ -18,8 +18,6 @@
 namespace ernie {
 namespace {
 
-std::vector<int32_t> packed_ids_for(int seed, int length) { return testing::synthetic_token_ids(seed, length); }
-
 // Logits of every position of `ids`, computed alone in one call.
 std::vector<float> alone(ErnieModel& model, const std::vector<int32_t>& ids) {
   auto cache = model.new_kv_cache();
@@ -43,7 +41,8 @@ class PackedBatchTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(PackedBatchTest, SeveralSequencesInOneCallEqualEachAlone) {
-  const std::vector<std::vector<int32_t>> prompts = {packed_ids_for(1, 5), packed_ids_for(2, 70), packed_ids_for(3, 1), packed_ids_for(4, 17)};
+  const std::vector<std::vector<int32_t>> prompts = {testing::synthetic_token_ids(1, 5), testing::synthetic_token_ids(2, 70),
+                                                     testing::synthetic_token_ids(3, 1), testing::synthetic_token_ids(4, 17)};
   const int64_t vocab = model_->config().vocab_size;
   std::vector<std::unique_ptr<KvCache>> caches;
   ForwardBatch batch;
@@ -68,7 +67,7 @@ TEST_P(PackedBatchTest, SeveralSequencesInOneCallEqualEachAlone) {
 }
 
 TEST_P(PackedBatchTest, ChunkedPrefillEqualsOneCall) {
-  const std::vector<int32_t> prompt = packed_ids_for(5, 100);
+  const std::vector<int32_t> prompt = testing::synthetic_token_ids(5, 100);
   const int64_t vocab = model_->config().vocab_size;
   const std::vector<float> expected = alone(*model_, prompt);
   auto cache = model_->new_kv_cache();
@@ -87,7 +86,7 @@ TEST_P(PackedBatchTest, ChunkedPrefillEqualsOneCall) {
 
 TEST_P(PackedBatchTest, MixedDecodeAndPrefillRowsMatchSeparateRuns) {
   // Sequence A decodes one token at position 40 while sequence B prefills 9 tokens.
-  const std::vector<int32_t> a = packed_ids_for(6, 41), b = packed_ids_for(7, 9);
+  const std::vector<int32_t> a = testing::synthetic_token_ids(6, 41), b = testing::synthetic_token_ids(7, 9);
   const int64_t vocab = model_->config().vocab_size;
   auto cache_a = model_->new_kv_cache();
   auto cache_b = model_->new_kv_cache();

@@ -7,8 +7,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "support/test_support.h"
@@ -21,18 +19,9 @@ namespace {
 using nlohmann::ordered_json;
 using ::testing::HasSubstr;
 
-
-ordered_json read_ordered_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ordered_json::parse(buffer.str());
-}
-
 // The template and special tokens as the tokenizer would hand them over.
 ChatTemplate load_template(const std::string& model) {
-  const ordered_json config = read_ordered_json(testing::golden_model_dir(model) + "/tokenizer_config.json");
+  const ordered_json config = ordered_json::parse(testing::read_file(testing::golden_model_dir(model) + "/tokenizer_config.json"));
   std::map<std::string, std::string> tokens;
   for (const char* name : {"bos_token", "eos_token", "unk_token", "pad_token", "cls_token", "sep_token", "mask_token"}) {
     if (config.contains(name) && config[name].is_string()) tokens[name] = config[name].get<std::string>();

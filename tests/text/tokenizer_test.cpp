@@ -17,7 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 // Layout of the golden tokenizers (read from the model protos, and stated in
 // shared/golden/README.md): <unk> 0, <s> 1, </s> 2, then <|begin_of_sentence|>,
 // <|end_of_sentence|>, <mask:0>, <mask:1>, <mask:4> ... <mask:7> at 3..10. tiny-dense's

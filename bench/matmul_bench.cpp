@@ -1,7 +1,8 @@
 // Matmul speed per weight format at ERNIE-4.5-0.3B shapes, next to what the machine can
 // do at all:
 //   BM_MemoryRead      - all threads summing a 1 GiB buffer: the bandwidth roofline (GB/s)
-//   BM_PeakFma         - fp32 FMAs on independent registers: the float compute peak
+//   BM_PeakFma         - fp32 FMAs on independent registers (AVX-512, else AVX2): the
+//                        float compute peak, and the bound of the AVX2 bf16 path
 //   BM_PeakVnni        - int8 vpdpbusd on independent registers (AVX-512 VNNI only)
 //   BM_PeakBf16        - vdpbf16ps on independent registers (AVX512-BF16 only): the
 //                        peak of the bf16-product path (kernels/matmul.h)
@@ -63,6 +64,19 @@ __attribute__((target("avx512f"))) float peak_fma_avx512() {
   return _mm512_reduce_add_ps(total);
 }
 
+__attribute__((target("avx2,fma"))) float peak_fma_avx2() {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.001f);
+  for (int64_t s = 0; s < kPeakSteps; ++s)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  __m256 total = acc[0];
+  for (int i = 1; i < 12; ++i) total = _mm256_add_ps(total, acc[i]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, total);
+  return lanes[0];
+}
+
 __attribute__((target("avx512f,avx512vnni"))) int peak_vnni() {
   __m512i acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_epi32(i);
@@ -101,8 +115,10 @@ void run_peak(benchmark::State& state, double flops_per_call, Body body) {
 }
 
 void BM_PeakFma(benchmark::State& state) {
-  if (!cpu_features().avx512) return state.SkipWithError("no AVX-512 on this CPU");
-  run_peak(state, 2.0 * 16 * 12 * kPeakSteps, [] { return static_cast<double>(peak_fma_avx512()); });
+  if (cpu_features().avx512)
+    return run_peak(state, 2.0 * 16 * 12 * kPeakSteps, [] { return static_cast<double>(peak_fma_avx512()); });
+  if (!cpu_features().avx2) return state.SkipWithError("no AVX2 with FMA on this CPU");
+  run_peak(state, 2.0 * 8 * 12 * kPeakSteps, [] { return static_cast<double>(peak_fma_avx2()); });
 }
 BENCHMARK(BM_PeakFma)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -366,10 +366,15 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
   if (n == 0) return;
   const int64_t kp = even_cols(w.cols);
   const int64_t panels = panel_count(w.rows);
+  // Decode streams the weights: a contiguous share per thread, the first done helping
+  // with the back of the other's (ThreadPool::parallel_streams); prefill evens the shares
+  // out in smaller units.
   const auto threads = static_cast<int64_t>(pool.num_threads());
-  // Decode streams the weights: one contiguous share per thread; prefill evens the
-  // shares out in smaller units.
-  const int64_t grain = n <= 3 ? (panels + threads - 1) / threads : std::max<int64_t>(1, panels / (threads * 4));
+  const auto grain = static_cast<size_t>(std::max<int64_t>(1, panels / (threads * 4)));
+  const auto split = [&](FunctionRef<void(size_t, size_t)> body) {
+    if (n <= 3) pool.parallel_streams(static_cast<size_t>(panels), 1, body);
+    else pool.parallel_for(static_cast<size_t>(panels), grain, body);
+  };
 #if defined(__x86_64__)
   if (has_avx2_products()) {
     // Rows one cache line longer than the inputs: at a multiple of 4 KiB apart (every
@@ -380,7 +385,7 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
     if (xf.size() < static_cast<size_t>(n * stride)) xf.resize(static_cast<size_t>(n * stride));
     round_rows_to_floats_avx2(x, n, w.cols, stride, xf.data());
     const auto row_of = [&](int64_t t) { return static_cast<const float*>(xf.data() + t * stride); };
-    pool.parallel_for(static_cast<size_t>(panels), static_cast<size_t>(grain), [&](size_t begin, size_t end) {
+    split([&](size_t begin, size_t end) {
       multiply_panels<kTileTokens>(n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y, row_of, panel_avx2);
     });
     return;
@@ -398,7 +403,7 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
     (void)streaming;
     generic_panel(weights, groups, pairs, xs, tokens, ys, first_row, valid_rows);
   };
-  pool.parallel_for(static_cast<size_t>(panels), static_cast<size_t>(grain), [&](size_t begin, size_t end) {
+  split([&](size_t begin, size_t end) {
     multiply_panels<kTileTokens>(n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y, row_of, panel);
   });
 }

@@ -445,38 +445,41 @@ void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::
   constexpr size_t kMaxWeights = 4;
   if (ws.size() > kMaxWeights || ws.size() != ys.size()) fail("matmul_integer_group takes 1 to 4 weights");
   // Work is split in units of panels so every thread streams its own share of the
-  // weights. Decode (few tokens) is bound by memory: each thread gets one contiguous
-  // share of the panels, as long a stream as there can be (measured on the 0.3B shape
-  // at wint4: 11% more tokens/s than units of 12 panels claimed in turn). Prefill is
-  // bound by arithmetic: units of 3 panels (one 4x3 tile column) even out the threads'
-  // shares, at the cost of re-reading activations from cache.
+  // weights. Decode (few tokens) is bound by memory: parallel_streams gives each thread
+  // one contiguous share, as long a stream as there can be (measured on the 0.3B shape at
+  // wint4: 11% more tokens/s than units of 12 panels claimed in turn), and a thread done
+  // with its share takes single panels off the back of the other's. Prefill is bound by
+  // arithmetic: units of 3 panels (one 4x3 tile column) even out the threads' shares, at
+  // the cost of re-reading activations from cache.
   IntegerWeight described[kMaxWeights];
-  int64_t total_panels = 0;
   const float* offsets = nullptr;  // the same for every int4 weight of the group
   for (size_t i = 0; i < ws.size(); ++i) {
     described[i] = describe(*ws[i]);
-    total_panels += described[i].prows / kQuantPanelRows;
     if (described[i].int4 && wants_int4_offsets) {
       if (offsets == nullptr) offsets = int4_offsets(x, described[i].offset);
       described[i].int4_offsets = offsets;
     }
   }
-  const auto threads = static_cast<int64_t>(pool.num_threads());
-  const int64_t unit = x.n >= 16 ? 3 : (total_panels + threads - 1) / threads;
+  const bool decode = x.n < 16;
+  const int64_t unit = decode ? 1 : 3;
   int64_t first_unit[kMaxWeights + 1] = {0};  // units of weight i: [first_unit[i], first_unit[i + 1])
   for (size_t i = 0; i < ws.size(); ++i) {
     const int64_t panels = described[i].prows / kQuantPanelRows;
     first_unit[i + 1] = first_unit[i] + (panels + unit - 1) / unit;
   }
-  pool.parallel_for(static_cast<size_t>(first_unit[ws.size()]), 1, [&](size_t begin, size_t end) {
-    for (auto u = static_cast<int64_t>(begin); u < static_cast<int64_t>(end); ++u) {
-      size_t i = 0;
-      while (u >= first_unit[i + 1]) ++i;
+  // Units [begin, end), one kernel call per weight they cover.
+  const auto run_units = [&](size_t begin, size_t end) {
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const int64_t u0 = std::max(static_cast<int64_t>(begin), first_unit[i]);
+      const int64_t u1 = std::min(static_cast<int64_t>(end), first_unit[i + 1]);
+      if (u0 >= u1) continue;
       const int64_t panels = described[i].prows / kQuantPanelRows;
-      const int64_t p = (u - first_unit[i]) * unit;
-      kernel(x, described[i], p, std::min(panels, p + unit), ys[i]);
+      kernel(x, described[i], (u0 - first_unit[i]) * unit, std::min(panels, (u1 - first_unit[i]) * unit), ys[i]);
     }
-  });
+  };
+  const auto units = static_cast<size_t>(first_unit[ws.size()]);
+  if (decode) pool.parallel_streams(units, 1, run_units);
+  else pool.parallel_for(units, 1, run_units);
 }
 
 void matmul_integer_reference(const QuantizedActivations& x, const WeightMatrix& w, float* y) {

@@ -27,10 +27,29 @@ inline void wait_a_little(int polls) {
   else std::this_thread::yield();
 }
 
+uint64_t pack_bounds(uint64_t front, uint64_t back) { return back << 32 | front; }
+
+// Claims up to `want` (at least 1) indices from the front (or the back) of a share.
+bool take_from_share(std::atomic<uint64_t>& bounds, size_t want, bool from_back, size_t& begin, size_t& end) {
+  uint64_t current = bounds.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t front = current & 0xffffffffu, back = current >> 32;
+    if (front >= back) return false;
+    const uint64_t take = std::min<uint64_t>(std::max<size_t>(want, 1), back - front);
+    const uint64_t next = from_back ? pack_bounds(front, back - take) : pack_bounds(front + take, back);
+    if (bounds.compare_exchange_weak(current, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      begin = static_cast<size_t>(from_back ? back - take : front);
+      end = begin + static_cast<size_t>(take);
+      return true;
+    }
+  }
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(size_t num_threads) {
   if (num_threads == 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  shares_ = std::make_unique<Share[]>(num_threads);
   workers_.reserve(num_threads - 1);
   for (size_t i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
@@ -152,6 +171,38 @@ void ThreadPool::parallel_for(size_t n, size_t grain, FunctionRef<void(size_t, s
     error = first_error_;
   }
   if (error) std::rethrow_exception(error);
+}
+
+void ThreadPool::parallel_streams(size_t n, size_t unit, FunctionRef<void(size_t, size_t)> body) {
+  const size_t threads = num_threads();
+  unit = std::max<size_t>(unit, 1);
+  if (workers_.empty() || n <= unit) {
+    if (n > 0) body(0, n);
+    return;
+  }
+  if (n > 0xffffffffu) {  // the bounds live in 32 bits each
+    parallel_for(n, 0, body);
+    return;
+  }
+  // Published to the workers by parallel_for's release of the new loop.
+  for (size_t i = 0; i < threads; ++i)
+    shares_[i].bounds.store(pack_bounds(i * n / threads, (i + 1) * n / threads), std::memory_order_relaxed);
+  parallel_for(threads, 1, [&](size_t own, size_t) {
+    size_t begin = 0, end = 0;
+    // An eighth of what is left at a time: long runs first, and little left in a piece
+    // that another thread could no longer help with.
+    std::atomic<uint64_t>& mine = shares_[own].bounds;
+    for (;;) {
+      const uint64_t bounds = mine.load(std::memory_order_relaxed);
+      const size_t left = static_cast<size_t>((bounds >> 32) - std::min(bounds >> 32, bounds & 0xffffffffu));
+      if (!take_from_share(mine, std::max(unit, left / 8), false, begin, end)) break;
+      body(begin, end);
+    }
+    for (size_t k = 1; k < threads; ++k) {
+      std::atomic<uint64_t>& theirs = shares_[(own + k) % threads].bounds;
+      while (take_from_share(theirs, unit, true, begin, end)) body(begin, end);
+    }
+  });
 }
 
 }  // namespace ernie

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -43,6 +44,14 @@ class ThreadPool {
   // The first exception thrown by a body is rethrown here after the loop finishes.
   // Not reentrant: a body must not call parallel_for on the same pool.
   void parallel_for(size_t n, size_t grain, FunctionRef<void(size_t, size_t)> body);
+
+  // The same contract as parallel_for, for loops bound by memory bandwidth (decode's
+  // weight streams): thread i takes share i of [0, n) front to back, in pieces that
+  // shrink as the share runs out, so each thread reads one long sequential run; a thread
+  // whose share is done then takes `unit`-long pieces from the back of the others'. The
+  // loop ends when the work does, not when the slowest thread's fixed half would (on a
+  // shared machine one core often runs slower than the other for a while).
+  void parallel_streams(size_t n, size_t unit, FunctionRef<void(size_t, size_t)> body);
 
   // Runs body() exactly once on every thread of the pool (the caller included), e.g. to
   // size per-thread buffers before the step loop so it never grows them.
@@ -77,6 +86,13 @@ class ThreadPool {
   std::atomic<uint32_t> done_chunks_{0};
   std::atomic<bool> failed_{false};  // a body threw: the remaining chunks are skipped
   std::atomic<bool> stopping_{false};
+
+  // parallel_streams' shares, one per thread: the unclaimed range of share i is
+  // [low 32 bits, high 32 bits) of shares_[i].bounds.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> bounds{0};
+  };
+  std::unique_ptr<Share[]> shares_;
 
   std::mutex mutex_;  // guards sleeping_, first_error_ and the sleep/wake handshake
   std::condition_variable work_ready_;

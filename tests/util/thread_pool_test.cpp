@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -86,6 +87,66 @@ TEST(ThreadPoolTest, AChunkRunsOnlyInsideItsOwnLoop) {
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "loop " << loop << " index " << i;
   }
   EXPECT_EQ(strays.load(), 0);
+}
+
+TEST(ThreadPoolTest, StreamsCoverEveryIndexExactlyOnce) {
+  for (size_t threads : {1u, 2u, 3u}) {
+    ThreadPool pool(threads);
+    for (size_t n : {0u, 1u, 2u, 7u, 1000u, 4097u}) {
+      for (size_t unit : {0u, 1u, 4u}) {
+        std::vector<std::atomic<int>> hits(n);
+        pool.parallel_streams(n, unit, [&](size_t begin, size_t end) {
+          EXPECT_LT(begin, end);
+          EXPECT_LE(end, n);
+          for (size_t i = begin; i < end; ++i) hits[i]++;
+        });
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[i].load(), 1) << "threads=" << threads << " n=" << n << " unit=" << unit << " i=" << i;
+      }
+    }
+  }
+}
+
+// A thread slowed down on its share gets help: the other, done with its own, takes
+// `unit`-long pieces from the back of it, while the owner's pieces go front to back.
+// Indices of the first share cost 500 us each and the rest nothing, so without help the
+// loop would last as long as one thread doing the whole first share.
+TEST(ThreadPoolTest, AFinishedStreamTakesTheBackOfASlowOne) {
+  ThreadPool pool(2);
+  constexpr size_t kN = 400, kUnit = 2;
+  struct Piece {
+    std::thread::id thread;
+    size_t begin, end;
+  };
+  std::mutex mutex;
+  std::vector<Piece> pieces;
+  pool.parallel_streams(kN, kUnit, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i)
+      if (i < kN / 2) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    std::lock_guard<std::mutex> lock(mutex);
+    pieces.push_back({std::this_thread::get_id(), begin, end});
+  });
+  std::vector<int> hits(kN);
+  std::thread::id owner;  // the thread that ran index 0: the first share's
+  for (const Piece& piece : pieces) {
+    for (size_t i = piece.begin; i < piece.end; ++i) hits[i]++;
+    if (piece.begin == 0) owner = piece.thread;
+  }
+  for (size_t i = 0; i < kN; ++i) ASSERT_EQ(hits[i], 1) << i;
+  size_t helped = 0, owner_next = 0;
+  for (const Piece& piece : pieces) {
+    if (piece.begin >= kN / 2) continue;
+    if (piece.thread == owner) {
+      EXPECT_EQ(piece.begin, owner_next) << "the owner's pieces run front to back";
+      owner_next = piece.end;
+    } else {
+      EXPECT_LE(piece.end - piece.begin, kUnit);
+      helped += piece.end - piece.begin;
+    }
+  }
+  // Both threads progress through the first share at about one index per 500 us, so
+  // the helper takes about half of it; a quarter allows for a late start.
+  EXPECT_GE(helped, kN / 8);
 }
 
 }  // namespace

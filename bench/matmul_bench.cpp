@@ -8,6 +8,7 @@
 //                        peak of the bf16-product path (kernels/matmul.h)
 //   BM_Matmul/...      - y = x·Wᵀ; counters GB/s (weight bytes streamed per second) and
 //                        GFLOP/s (2·n·rows·cols, integer multiply-adds counted as flops)
+//   BM_MatmulStream/...- one token through 48 distinct matrices, as decode streams them
 // Decode (n = 1) should sit near BM_MemoryRead's GB/s; prefill (n = 512) near the peak.
 //
 // Run: build/bench/matmul_bench [--benchmark_filter=...] (2 threads = all cores here).
@@ -182,6 +183,41 @@ void BM_Matmul(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(weight_format_name(o.weight.format));
 }
+
+// Decode as a token sees it: one token through many distinct matrices, so every weight
+// byte comes from memory as in a real forward pass (BM_Matmul's single matrix of a layer
+// shape stays in the last-level cache). Args: format, rows, cols, matrices. Its GB/s is
+// the one to hold against BM_MemoryRead.
+void BM_MatmulStream(benchmark::State& state) {
+  const auto format = static_cast<WeightFormat>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2), count = state.range(3);
+  set_bf16_products(true);
+  std::vector<Operands> matrices;
+  for (int64_t i = 0; i < count; ++i) matrices.push_back(make_operands(format, 1, rows, cols));
+  MatmulInput input;
+  uint64_t bytes = 0;
+  for (auto _ : state) {
+    for (Operands& o : matrices) {
+      input.reset(o.x.data(), 1, cols);
+      matmul(pool(), input, o.weight, o.y.data());
+      benchmark::DoNotOptimize(o.y.data());
+      bytes += weight_bytes(o.weight);
+    }
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsRate,
+                                              benchmark::Counter::kIs1000);
+  state.SetLabel(weight_format_name(matrices.front().weight.format));
+}
+// The 0.3B MLP's up projection, 48 distinct copies (75 MB at int4, twice the L3).
+BENCHMARK(BM_MatmulStream)
+    ->ArgsProduct({{static_cast<int64_t>(WeightFormat::kDense), static_cast<int64_t>(WeightFormat::kInt8),
+                    static_cast<int64_t>(WeightFormat::kInt4)},
+                   {3072},
+                   {1024},
+                   {48}})
+    ->ArgNames({"format", "rows", "cols", "matrices"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void matmul_shapes(benchmark::internal::Benchmark* b) {
   for (WeightFormat format : {WeightFormat::kDense, WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kFp8}) {

@@ -194,7 +194,8 @@ void ThreadPool::parallel_streams(size_t n, size_t unit, FunctionRef<void(size_t
     std::atomic<uint64_t>& mine = shares_[own].bounds;
     for (;;) {
       const uint64_t bounds = mine.load(std::memory_order_relaxed);
-      const size_t left = static_cast<size_t>((bounds >> 32) - std::min(bounds >> 32, bounds & 0xffffffffu));
+      const uint64_t front = bounds & 0xffffffffu, back = bounds >> 32;
+      const auto left = static_cast<size_t>(back > front ? back - front : 0);
       if (!take_from_share(mine, std::max(unit, left / 8), false, begin, end)) break;
       body(begin, end);
     }

@@ -2,8 +2,9 @@
 // 2 kv heads, head_dim 128: 8 query heads per kv head), one thread:
 //   Prefill: 512 query tokens from position 0 (131,328 visible token-key pairs per head).
 //   Decode:  1 query token after `context` cached positions.
-// Each for fp32 and int8 rows, and the per-(token, head) attend_one_head loop the flash
-// kernel replaces (fp32 only) as a baseline.
+// Each for fp32 and int8 rows (decode also for bf16 rows, the cache's default), and the
+// per-(token, head) attend_one_head loop the flash kernel replaces (fp32 only) as a
+// baseline.
 //
 // Run: attention_bench [--benchmark_filter=...]; items/s = query tokens per second,
 // FLOP/s = 4 · head_dim · group heads · visible pairs per second (q·k and p·v, 2 each).
@@ -93,13 +94,15 @@ void BM_PrefillInt8(benchmark::State& state) { run_flash(state, KvStorage::kInt8
 void BM_PrefillSimple(benchmark::State& state) { run_simple(state, 512, 0); }
 void BM_DecodeF32(benchmark::State& state) { run_flash(state, KvStorage::kF32, 1, state.range(0)); }
 void BM_DecodeInt8(benchmark::State& state) { run_flash(state, KvStorage::kInt8, 1, state.range(0)); }
+void BM_DecodeBf16(benchmark::State& state) { run_flash(state, KvStorage::kBF16, 1, state.range(0)); }
 void BM_DecodeSimple(benchmark::State& state) { run_simple(state, 1, state.range(0)); }
 
 BENCHMARK(BM_PrefillF32)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillInt8)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillSimple)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_DecodeF32)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeF32)->Arg(128)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeInt8)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeBf16)->Arg(128)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeSimple)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

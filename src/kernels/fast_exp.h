@@ -5,8 +5,9 @@
 // Inputs below -87 give 0, above 88 give +inf as std::exp would.
 #pragma once
 
+#include <bit>
 #include <cstdint>
-#include <cstring>
+#include <type_traits>
 
 namespace ernie {
 
@@ -29,18 +30,29 @@ template <typename F>
 }
 #pragma GCC diagnostic pop
 
-inline float fast_exp(float x) {
-  float t = x * 1.4426950408889634f;
-  t = t < -127.0f ? -127.0f : t;
-  t = t > 128.0f ? 128.0f : t;
+// exp(x) for a float or for a GCC vector of floats F with its matching int32 vector I.
+// The clamps are lane selects, so a vector loop over them has no branches. The scalar
+// form is not enough for loops: GCC threads its clamps into separate paths around the
+// caller's division and then cannot vectorise the loop ("control flow in loop").
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <typename F, typename I>
+[[gnu::always_inline]] inline F fast_exp_of(F x) {
+  F t = x * 1.4426950408889634f;
+  const F lowest = F{} - 127.0f, highest = F{} + 128.0f;
+  t = t < lowest ? lowest : t;
+  t = t > highest ? highest : t;
   // Adding and subtracting 1.5·2^23 rounds to the nearest integer for |t| < 2^22.
-  const float n = (t + 12582912.0f) - 12582912.0f;
-  const float p = exp2_taylor(t - n);
+  const F n = (t + 12582912.0f) - 12582912.0f;
+  const F p = exp2_taylor(t - n);
   // n = -127 leaves a zero exponent field (0); n = 128 an all-ones one (+inf).
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float power;
-  std::memcpy(&power, &bits, sizeof power);
-  return p * power;
+  I whole;
+  if constexpr (std::is_same_v<F, float>) whole = static_cast<I>(n);
+  else whole = __builtin_convertvector(n, I);
+  return p * std::bit_cast<F>((whole + 127) << 23);
 }
+#pragma GCC diagnostic pop
+
+inline float fast_exp(float x) { return fast_exp_of<float, int32_t>(x); }
 
 }  // namespace ernie

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <vector>
 
 #include "kernels/fast_exp.h"
 
@@ -17,6 +19,28 @@ TEST(OpsTest, RmsNormMatchesTheFormula) {
   rms_norm(x, 1, 4, w, 1e-5f, y);
   const double rms = std::sqrt((1 + 4 + 9 + 0.25) / 4.0 + 1e-5);
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(y[i], w[i] * x[i] / rms, 1e-6);
+}
+
+// Rows of 8-value lane groups plus a remainder (h = 1027), two rows with different
+// magnitudes, against the formula in double.
+TEST(OpsTest, RmsNormOfLongRowsMatchesTheFormula) {
+  constexpr int64_t kWidth = 1027;
+  std::vector<float> x(2 * kWidth), w(kWidth), y(2 * kWidth);
+  for (int64_t i = 0; i < kWidth; ++i) {
+    x[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+    x[static_cast<size_t>(kWidth + i)] = std::cos(0.11f * static_cast<float>(i)) * 0.01f;
+    w[static_cast<size_t>(i)] = 0.5f + 0.001f * static_cast<float>(i);
+  }
+  rms_norm(x.data(), 2, kWidth, w.data(), 1e-6f, y.data());
+  for (int64_t t = 0; t < 2; ++t) {
+    double sum = 0;
+    for (int64_t i = 0; i < kWidth; ++i) sum += double(x[static_cast<size_t>(t * kWidth + i)]) * x[static_cast<size_t>(t * kWidth + i)];
+    const double rms = std::sqrt(sum / kWidth + 1e-6);
+    for (int64_t i = 0; i < kWidth; ++i) {
+      const double expected = w[static_cast<size_t>(i)] * x[static_cast<size_t>(t * kWidth + i)] / rms;
+      ASSERT_NEAR(y[static_cast<size_t>(t * kWidth + i)], expected, 1e-6 * std::max(1.0, std::fabs(expected))) << t << "," << i;
+    }
+  }
 }
 
 // RoPE at `position`, through the two steps the model uses.
@@ -103,6 +127,32 @@ TEST(OpsTest, SiluMulAndSoftmax) {
   const double denominator = std::exp(-1.0) + 1.0 + std::exp(-2.0);
   EXPECT_NEAR(values[1], 1.0 / denominator, 1e-6);
   EXPECT_NEAR(values[0] + values[1] + values[2], 1.0, 1e-6);
+}
+
+// The activations run 8 values at a time with a scalar remainder: every position of a
+// 45-value row (5 full lane groups and 5 left over) against the formula in double, over
+// the range where exp under- and overflows.
+TEST(OpsTest, SiluMulAndQuickGeluMatchTheFormulaInLanesAndRemainder) {
+  constexpr int kCount = 45;
+  float gate[kCount], up[kCount], quick[kCount];
+  for (int i = 0; i < kCount; ++i) {
+    gate[i] = -100.0f + 200.0f * static_cast<float>(i) / (kCount - 1) + 0.37f;
+    up[i] = 0.5f + 0.03f * static_cast<float>(i);
+    quick[i] = gate[i] / 4.0f;
+  }
+  float silu[kCount];
+  std::copy(gate, gate + kCount, silu);
+  silu_mul(silu, up, kCount);
+  float gelu[kCount];
+  std::copy(quick, quick + kCount, gelu);
+  quick_gelu(gelu, kCount);
+  for (int i = 0; i < kCount; ++i) {
+    const double g = gate[i], q = quick[i];
+    const double silu_expected = g / (1.0 + std::exp(-g)) * up[i];
+    const double gelu_expected = q / (1.0 + std::exp(-1.702 * q));
+    EXPECT_NEAR(silu[i], silu_expected, 1e-6 * std::max(1.0, std::fabs(silu_expected))) << "at " << i;
+    EXPECT_NEAR(gelu[i], gelu_expected, 1e-6 * std::max(1.0, std::fabs(gelu_expected))) << "at " << i;
+  }
 }
 
 }  // namespace

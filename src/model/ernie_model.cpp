@@ -507,7 +507,7 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
   matmul(pool_, attended, n, layer.attention.o, out);
 }
 
-void ErnieModel::mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out) {
+const float* ErnieModel::mlp_forward(const MlpWeights& mlp, MatmulInput& input) {
   const int64_t n = input.n(), inner = mlp.gate.rows;
   float* gate = sized(gate_, n * inner);
   float* up = sized(up_, n * inner);
@@ -517,9 +517,13 @@ void ErnieModel::mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out
   for_rows(n, [&](int64_t t0, int64_t t1) { silu_mul(gate + t0 * inner, up + t0 * inner, (t1 - t0) * inner); });
   float* down = sized(down_, n * mlp.down.rows);
   matmul(pool_, gate, n, mlp.down, down);
-  for_rows(n, [&](int64_t t0, int64_t t1) {
-    add_scaled(out + t0 * mlp.down.rows, down + t0 * mlp.down.rows, 1.0f, (t1 - t0) * mlp.down.rows);
-  });
+  return down;
+}
+
+void ErnieModel::mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out) {
+  const int64_t h = mlp.down.rows;
+  const float* down = mlp_forward(mlp, input);
+  for_rows(input.n(), [&](int64_t t0, int64_t t1) { add_scaled(out + t0 * h, down + t0 * h, 1.0f, (t1 - t0) * h); });
 }
 
 void ErnieModel::moe_block(const DecoderLayerWeights& layer, const ForwardBatch& batch, float* out) {
@@ -622,13 +626,26 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
     if (tokens == 0 || std::none_of(parts.begin(), parts.end(), held)) continue;
     const Routing* mine = routed + offset[expert];
     float* gathered = sized(expert_in_, tokens * h);
-    for (int64_t i = 0; i < tokens; ++i) std::copy_n(input + mine[i].token * h, h, gathered + i * h);
-    float* expert_out = sized(expert_out_, tokens * h);
-    std::fill_n(expert_out, tokens * h, 0.0f);
+    // Gather and scatter split over the pool like the element-wise steps: within one
+    // expert every token appears once, so no two rows of the scatter meet.
+    for_rows(tokens, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) std::copy_n(input + mine[i].token * h, h, gathered + i * h);
+    });
     expert_input_.reset(gathered, tokens, h);
-    for (const MlpWeights& part : parts)
-      if (held(part)) mlp_block(part, expert_input_, expert_out);  // each adds its share
-    for (int64_t i = 0; i < tokens; ++i) add_scaled(out + mine[i].token * h, expert_out + i * h, mine[i].weight, h);
+    const float* expert_out = nullptr;
+    if (std::count_if(parts.begin(), parts.end(), held) == 1) {
+      // The whole expert here: its down projection's rows are the output.
+      expert_out = mlp_forward(*std::find_if(parts.begin(), parts.end(), held), expert_input_);
+    } else {
+      float* sum = sized(expert_out_, tokens * h);
+      std::fill_n(sum, tokens * h, 0.0f);
+      for (const MlpWeights& part : parts)
+        if (held(part)) mlp_block(part, expert_input_, sum);  // each adds its share
+      expert_out = sum;
+    }
+    for_rows(tokens, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) add_scaled(out + mine[i].token * h, expert_out + i * h, mine[i].weight, h);
+    });
   }
 }
 
@@ -698,10 +715,8 @@ void ErnieModel::expert_parallel_moe(const MoeWeights& moe, int64_t n, float* ou
     for (int64_t i = 0; i < count; ++i)
       std::memcpy(gathered + i * h, arrived.data() + static_cast<size_t>(rows[static_cast<size_t>(i)]) * record + sizeof(int32_t),
                   static_cast<size_t>(h) * sizeof(float));
-    float* expert_out = sized(expert_out_, count * h);
-    std::fill_n(expert_out, count * h, 0.0f);
     expert_input_.reset(gathered, count, h);
-    mlp_block(moe.experts[static_cast<size_t>(expert)], expert_input_, expert_out);
+    const float* expert_out = mlp_forward(moe.experts[static_cast<size_t>(expert)], expert_input_);
     for (int64_t i = 0; i < count; ++i) std::copy_n(expert_out + i * h, h, results + rows[static_cast<size_t>(i)] * h);
   }
   // Combine: the outputs go back in the order the rows came, and each is added to its

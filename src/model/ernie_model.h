@@ -126,7 +126,10 @@ class ErnieModel final : public LanguageModel {
   // batches, on this thread for decode-sized ones.
   void for_rows(int64_t n, FunctionRef<void(int64_t, int64_t)> body);
   void attention_block(const DecoderLayerWeights& layer, int layer_index, const ForwardBatch& batch, float* out);
-  // out[n, H] += MLP(input); `input` holds n rows of H.
+  // MLP(input) for the n rows of H in `input`: n rows of H in a buffer that lasts until
+  // the next MLP.
+  const float* mlp_forward(const MlpWeights& mlp, MatmulInput& input);
+  // out[n, H] += MLP(input).
   void mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out);
   // out[n, H] += the routed experts of `moe` for the n rows of `input` (shared experts
   // excluded).

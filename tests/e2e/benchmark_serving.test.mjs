@@ -5,10 +5,10 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { scratchDir } from './scratch.mjs';
 import { startServer } from './server.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -39,7 +39,7 @@ function bench(args, env = {}) {
 }
 
 function saved(args) {
-  const dir = mkdtempSync(path.join(tmpdir(), 'ernie-bench-'));
+  const dir = scratchDir('ernie-bench-');
   const run = bench([...args, '--save-result', '--result-dir', dir, '--result-filename', 'result.json']);
   const result = existsSync(path.join(dir, 'result.json'))
     ? JSON.parse(readFileSync(path.join(dir, 'result.json'), 'utf8')) : null;
@@ -127,7 +127,7 @@ test('random prompts arrive at a gamma-distributed rate and get the output lengt
 });
 
 test('a bad dataset line stops the run and names file:line and what was expected', () => {
-  const dir = mkdtempSync(path.join(tmpdir(), 'ernie-bench-'));
+  const dir = scratchDir('ernie-bench-');
   const badChat = path.join(dir, 'chat.jsonl');
   writeFileSync(badChat, '{"messages": [{"role": "user", "content": "hi"}]}\n{"prompt": "hi"}\n');
   let run = bench(['--base-url', server.baseURL, '--dataset-path', badChat, '--num-prompts', '2']);

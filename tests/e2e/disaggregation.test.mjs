@@ -7,7 +7,12 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
+import { scratchDir } from './scratch.mjs';
 import { freePort, startServer } from './server.mjs';
+
+// The instances' ipc sockets go in a directory of this run, removed at its end: an
+// instance this file kills cannot remove its own.
+process.env.TMPDIR = scratchDir('ernie-pd-');
 
 const shipped = { model: null, maxModelLen: null };
 const logRoot = process.env.ERNIE_E2E_LOG_DIR ?? '/tmp/ernie-e2e-logs';

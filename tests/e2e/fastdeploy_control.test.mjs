@@ -5,9 +5,9 @@
 // their pace) are known.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { scratchDir } from './scratch.mjs';
 import { startServer } from './server.mjs';
 
 const LOWEST_FLOAT = -3.4028234663852886e38;
@@ -19,7 +19,7 @@ let slow;     // scripted: 30 ms a step, one seat, --max-waiting-time 0.3
 let stopper;  // scripted: early stop after 5 confident tokens
 
 function scriptedLaunch(stepDelayMs) {
-  const dir = mkdtempSync(path.join(tmpdir(), 'ernie-scripts-'));
+  const dir = scratchDir('ernie-scripts-');
   const file = path.join(dir, 'script.json');
   writeFileSync(file, JSON.stringify({ answer_start: 'Assistant: ', step_delay_ms: stepDelayMs,
                                        scripts: [{ when: [], reply }] }));

@@ -4,10 +4,10 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { scratchDir } from './scratch.mjs';
 import { startServer } from './server.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -17,7 +17,7 @@ const answer = '北京是中国的首都。它有三千多年的历史，人口�
 let server;
 
 before(async () => {
-  const dir = mkdtempSync(path.join(tmpdir(), 'ernie-scripts-'));
+  const dir = scratchDir('ernie-scripts-');
   const scriptFile = path.join(dir, 'script.json');
   writeFileSync(scriptFile, JSON.stringify({ answer_start: 'Assistant: ',
                                              scripts: [{ when: ['中文'], reply: answer }] }));

@@ -5,11 +5,11 @@
 // access log report the drafts.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import { scratchDir } from './scratch.mjs';
 import { startServer } from './server.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -28,7 +28,7 @@ const tools = [{ type: 'function', function: { name: 'get_weather', parameters: 
 let servers = {};
 
 function scriptedLaunch() {
-  const dir = mkdtempSync(path.join(tmpdir(), 'ernie-scripts-'));
+  const dir = scratchDir('ernie-scripts-');
   const file = path.join(dir, 'script.json');
   writeFileSync(file, JSON.stringify({ answer_start: '<|im_start|>assistant\n<think>\n', end: '<|im_end|>', scripts }));
   return { command: [process.env.ERNIE_SCRIPTED_SERVER, file], model: process.env.ERNIE_THINKING_MODEL };

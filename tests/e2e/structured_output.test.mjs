@@ -7,11 +7,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import { scratchDir } from './scratch.mjs';
 import { startServer } from './server.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -124,7 +124,7 @@ async function conformance(server, selected, seeds) {
   const finished = results.filter((r) => r.finish === 'stop' || r.c.kind === 'structural_tag');
   const items = finished.map((r) => ({ label: `${r.c.label} seed ${r.seed}${r.stream ? ' streamed' : ''}`, kind: r.c.kind,
                                        constraint: r.c.constraint, text: r.text, cut: r.finish !== 'stop' }));
-  const dir = mkdtempSync(path.join(tmpdir(), 'ernie-structured-'));
+  const dir = scratchDir('ernie-structured-');
   const file = path.join(dir, 'outputs.json');
   writeFileSync(file, JSON.stringify(items));
   const run = spawnSync(python, [path.join(here, 'python', 'validate_structured.py'), file], { encoding: 'utf8', timeout: 60000 });

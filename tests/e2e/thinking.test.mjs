@@ -5,10 +5,10 @@
 // `ernie serve` on the golden tiny-thinking checkpoint (Thinking layout and markers).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
+import { scratchDir } from './scratch.mjs';
 import { startServer } from './server.mjs';
 
 const thinkingModel = process.env.ERNIE_THINKING_MODEL;
@@ -41,7 +41,7 @@ let server;
 let client;
 
 before(async () => {
-  const dir = mkdtempSync(path.join(tmpdir(), 'ernie-scripts-'));
+  const dir = scratchDir('ernie-scripts-');
   const scriptFile = path.join(dir, 'script.json');
   writeFileSync(scriptFile, JSON.stringify({ answer_start: '<|im_start|>assistant\n<think>\n', end: '<|im_end|>', scripts }));
   server = await startServer(parsers, {}, { command: [scriptedServer, scriptFile], model: thinkingModel });

@@ -7,13 +7,13 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import zlib from 'node:zlib';
-import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import { scratchDir } from './scratch.mjs';
 import { startServer } from './server.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -23,7 +23,7 @@ const seedFlags = ['--enable-mm', '--limit-mm-per-prompt', '{"image": 3, "video"
 let server, textServer, imageServer, imageBase, images;
 
 before(async () => {
-  const dir = mkdtempSync(path.join(tmpdir(), 'ernie-vl-'));
+  const dir = scratchDir('ernie-vl-');
   const model = path.join(dir, 'model');
   execFileSync(process.env.ERNIE_BINARY, ['synth', '--out', model, '--preset', 'vl-tiny'], { stdio: 'ignore' });
   images = path.join(dir, 'images');

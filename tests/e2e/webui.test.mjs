@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import puppeteer from 'puppeteer-core';
+import { scratchDir } from './scratch.mjs';
 import { startServer } from './server.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -219,7 +220,7 @@ const scripts = [
 let thinking;
 let metricsText;
 before(async () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ernie-webui-'));
+  const dir = scratchDir('ernie-webui-');
   const scriptFile = path.join(dir, 'script.json');
   fs.writeFileSync(scriptFile, JSON.stringify({ answer_start: '<|im_start|>assistant\n<think>\n', end: '<|im_end|>', scripts }));
   // A served name, so the screenshots do not show this machine's model path.

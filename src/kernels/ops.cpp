@@ -36,8 +36,6 @@ using DoubleLanes = double __attribute__((vector_size(kLanes / 2 * sizeof(double
   std::memcpy(values, &lanes, sizeof lanes);
 }
 
-}  // namespace
-
 // Σ row[i]² in double, 8 values at a time into two 4-lane double sums (a plain double
 // reduction stays scalar: GCC may not reorder it).
 [[gnu::always_inline]] inline double sum_of_squares(const float* row, int64_t h) {
@@ -55,6 +53,8 @@ using DoubleLanes = double __attribute__((vector_size(kLanes / 2 * sizeof(double
   for (; i < h; ++i) sum += static_cast<double>(row[i]) * row[i];
   return sum;
 }
+
+}  // namespace
 
 ERNIE_CLONE_FOR_ISAS
 void rms_norm(const float* x, int64_t n, int64_t h, const float* weight, float eps, float* y) {

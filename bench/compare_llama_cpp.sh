@@ -3,8 +3,11 @@
 # the same machine, in one run, alternating the engines so all see the same machine state:
 # pp512 and tg128 per weight format, and ernie's decode roofline (the read bandwidth
 # measured right before and after its tests over the weight bytes it reads per token;
-# `ernie bench` reports it). The roofline share is the median over rounds of each round's
-# tg128 over that round's roofline.
+# `ernie bench` reports it). The ratios to ik_llama.cpp are medians over rounds of each
+# round's ratio (ernie and the peer measured one right after the other), and the roofline
+# share the median over rounds of each round's tg128 over that round's roofline: on a
+# shared host the speed drifts between rounds by more than the differences measured, and
+# a round's own pair sees the same state.
 #
 # Usage: bench/compare_llama_cpp.sh ERNIE_MODEL_DIR LLAMA_BENCH GGUF_DIR [ROUNDS]
 #   ERNIE_MODEL_DIR  checkpoint made by `ernie synth --preset 0.3b`
@@ -66,20 +69,29 @@ column() { awk -v e="$1" -v q="$2" -v c="$3" '$1 == e && $2 == q { print $c }' "
 # ernie's decode as a share of the roofline measured in the same round, median over rounds
 # (the bandwidth moves between rounds on a shared host; a round's own pair is steadier).
 roofline_share() { awk -v q="$1" '$1 == "ernie" && $2 == q && $5 > 0 { print 100 * $4 / $5 }' "$results" | median; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0 && b != "nan") printf "%.2f×", a / b; else print "-" }'; }
+# Median over rounds of ernie's column C for QUANT over ik_llama.cpp's for GGUF, pairing
+# each engine's k-th measurement of the format: paired_ratio QUANT GGUF C.
+paired_ratio() {
+  local r
+  r=$(awk -v q="$1" -v g="$2" -v c="$3" '
+    $1 == "ernie" && $2 == q { e[++ne] = $c }
+    $1 == "ik" && $2 == g { i[++ni] = $c }
+    END { for (k = 1; k <= ne && k <= ni; ++k) if (i[k] + 0 > 0 && e[k] != "nan") print e[k] / i[k] }' "$results" | median)
+  awk -v r="$r" 'BEGIN { if (r == "nan" || r == "") print "-"; else printf "%.2f×", r }'
+}
 # A value with D decimals, or - for an engine that was not run.
 num() { awk -v d="$1" -v v="$2" 'BEGIN { if (v == "nan" || v == "") print "-"; else printf "%.*f", d, v }'; }
 
 echo
-echo "| format (ours / GGUF) | ernie pp512 | llama.cpp | ik_llama.cpp | ernie / ik | ernie tg128 | llama.cpp | ik_llama.cpp | ernie / ik | ernie roofline (bytes/token) | ernie / roofline |"
+echo "| format (ours / GGUF) | ernie pp512 | llama.cpp | ik_llama.cpp | ernie / ik (per round) | ernie tg128 | llama.cpp | ik_llama.cpp | ernie / ik (per round) | ernie roofline (bytes/token) | ernie / roofline |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for pair in "${formats[@]}"; do
   set -- $pair
   epp=$(column ernie "$1" 3) etg=$(column ernie "$1" 4) roof=$(column ernie "$1" 5) bytes=$(column ernie "$1" 6)
   lpp=$(column llama "$2" 3) ltg=$(column llama "$2" 4) ipp=$(column ik "$2" 3) itg=$(column ik "$2" 4)
   printf '| %s / %s | %s | %s | %s | %s | %s | %s | %s | %s | %s tok/s (%s MB) | %s%% |\n' \
-    "$1" "$2" "$(num 0 "$epp")" "$(num 0 "$lpp")" "$(num 0 "$ipp")" "$(ratio "$epp" "$ipp")" \
-    "$(num 1 "$etg")" "$(num 1 "$ltg")" "$(num 1 "$itg")" "$(ratio "$etg" "$itg")" \
+    "$1" "$2" "$(num 0 "$epp")" "$(num 0 "$lpp")" "$(num 0 "$ipp")" "$(paired_ratio "$1" "$2" 3)" \
+    "$(num 1 "$etg")" "$(num 1 "$ltg")" "$(num 1 "$itg")" "$(paired_ratio "$1" "$2" 4)" \
     "$(num 1 "$roof")" "$(num 0 "$(awk -v b="$bytes" 'BEGIN { print b / 1e6 }')")" \
     "$(num 0 "$(roofline_share "$1")")"
 done

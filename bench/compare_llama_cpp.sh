@@ -69,14 +69,15 @@ column() { awk -v e="$1" -v q="$2" -v c="$3" '$1 == e && $2 == q { print $c }' "
 # ernie's decode as a share of the roofline measured in the same round, median over rounds
 # (the bandwidth moves between rounds on a shared host; a round's own pair is steadier).
 roofline_share() { awk -v q="$1" '$1 == "ernie" && $2 == q && $5 > 0 { print 100 * $4 / $5 }' "$results" | median; }
-# Median over rounds of ernie's column C for QUANT over ik_llama.cpp's for GGUF, pairing
-# each engine's k-th measurement of the format: paired_ratio QUANT GGUF C.
+# Median over rounds of ernie's column C for QUANT over ik_llama.cpp's for GGUF, each of
+# ernie's measurements paired with the peer's that follows it (FORMATS may give two of
+# ours the same GGUF): paired_ratio QUANT GGUF C.
 paired_ratio() {
   local r
   r=$(awk -v q="$1" -v g="$2" -v c="$3" '
-    $1 == "ernie" && $2 == q { e[++ne] = $c }
-    $1 == "ik" && $2 == g { i[++ni] = $c }
-    END { for (k = 1; k <= ne && k <= ni; ++k) if (i[k] + 0 > 0 && e[k] != "nan") print e[k] / i[k] }' "$results" | median)
+    $1 == "ernie" { pending = ($2 == q) ? $c : "" }
+    $1 == "ik" && $2 == g && pending != "" { if ($c + 0 > 0 && pending != "nan") print pending / $c; pending = "" }' \
+    "$results" | median)
   awk -v r="$r" 'BEGIN { if (r == "nan" || r == "") print "-"; else printf "%.2f×", r }'
 }
 # A value with D decimals, or - for an engine that was not run.

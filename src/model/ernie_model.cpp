@@ -547,10 +547,15 @@ void ErnieModel::moe_block(const DecoderLayerWeights& layer, const ForwardBatch&
       }
       float* in = sized(modality_in_, count * h);
       float* partial = sized(modality_out_, count * h);
-      for (int64_t i = 0; i < count; ++i) std::copy_n(normed_.data() + rows[i] * h, h, in + i * h);
-      std::fill_n(partial, count * h, 0.0f);
+      // Split over the pool like the element-wise steps (every row appears once).
+      for_rows(count, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) std::copy_n(normed_.data() + rows[i] * h, h, in + i * h);
+        std::fill_n(partial + i0 * h, (i1 - i0) * h, 0.0f);
+      });
       routed_experts(experts, in, count, partial);
-      for (int64_t i = 0; i < count; ++i) add_scaled(out + rows[i] * h, partial + i * h, 1.0f, h);
+      for_rows(count, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) add_scaled(out + rows[i] * h, partial + i * h, 1.0f, h);
+      });
     }
   }
   if (layer.moe->shared) {

@@ -291,30 +291,29 @@ void round_rows(const float* x, int64_t n, int64_t k, int64_t stride, uint16_t* 
   }
 }
 
-// Panels [begin, end) for every token, kTokens tokens at a time: row_of(t) is token t's
+// Work units [begin, end): unit u is panel u / chunks for the tokens of chunk
+// u % chunks (kTokenChunk tokens each), kTokens tokens at a time. row_of(t) is token t's
 // activations as its panel kernel takes them, and panel(...) multiplies one panel.
 template <int kTokens, typename RowOf, typename Panel>
-void multiply_panels(int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y, RowOf row_of,
-                     Panel panel) {
+void multiply_units(int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y, RowOf row_of,
+                    Panel panel) {
   using Row = decltype(row_of(int64_t{0}));
-  const int64_t kp = even_cols(w.cols), pairs = kp / 2;
+  const int64_t kp = even_cols(w.cols), pairs = kp / 2, chunks = (n + kTokenChunk - 1) / kTokenChunk;
   const auto* weights = static_cast<const uint16_t*>(w.data);
   const bool streaming = n <= 3;
-  for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
-    const int64_t t1 = std::min(n, t0 + kTokenChunk);
-    for (int64_t p = begin; p < end; ++p) {
-      const uint16_t* panel_weights = weights + p * kPanelRows * kp;
-      const int64_t first_row = p * kPanelRows, valid_rows = std::min(kPanelRows, w.rows - first_row);
-      for (int64_t t = t0; t < t1; t += kTokens) {
-        const int tokens = static_cast<int>(std::min<int64_t>(kTokens, t1 - t));
-        Row xs[kTokens];
-        float* ys[kTokens];
-        for (int i = 0; i < tokens; ++i) {
-          xs[i] = row_of(t + i);
-          ys[i] = y + (t + i) * w.rows;
-        }
-        panel(panel_weights, panel_groups(w.rows, p), pairs, xs, tokens, ys, first_row, valid_rows, streaming);
+  for (int64_t u = begin; u < end; ++u) {
+    const int64_t p = u / chunks, t0 = u % chunks * kTokenChunk, t1 = std::min(n, t0 + kTokenChunk);
+    const uint16_t* panel_weights = weights + p * kPanelRows * kp;
+    const int64_t first_row = p * kPanelRows, valid_rows = std::min(kPanelRows, w.rows - first_row);
+    for (int64_t t = t0; t < t1; t += kTokens) {
+      const int tokens = static_cast<int>(std::min<int64_t>(kTokens, t1 - t));
+      Row xs[kTokens];
+      float* ys[kTokens];
+      for (int i = 0; i < tokens; ++i) {
+        xs[i] = row_of(t + i);
+        ys[i] = y + (t + i) * w.rows;
       }
+      panel(panel_weights, panel_groups(w.rows, p), pairs, xs, tokens, ys, first_row, valid_rows, streaming);
     }
   }
 }
@@ -367,13 +366,24 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
   const int64_t kp = even_cols(w.cols);
   const int64_t panels = panel_count(w.rows);
   // Decode streams the weights: a contiguous share per thread, the first done helping
-  // with the back of the other's (ThreadPool::parallel_streams); prefill evens the shares
-  // out in smaller units.
-  const auto threads = static_cast<int64_t>(pool.num_threads());
-  const auto grain = static_cast<size_t>(std::max<int64_t>(1, panels / (threads * 4)));
+  // with the back of the other's (ThreadPool::parallel_streams). Prefill is bound by
+  // arithmetic: its units are one panel for one chunk of tokens, claimed in turn, so the
+  // threads finish within one small unit of each other, and a panel's chunks are
+  // neighbours, so a thread keeps the panel in its L2 across them. On a 0.3B bf16
+  // prefill, units of a few panels for all tokens left one thread waiting for the other
+  // 8% of the time; these units gave 3% more tokens/s (12 alternating rounds), while
+  // chunk-major ones, which stream every panel once per chunk, gave 13% fewer.
   const auto split = [&](FunctionRef<void(size_t, size_t)> body) {
     if (n <= 3) pool.parallel_streams(static_cast<size_t>(panels), 1, body);
-    else pool.parallel_for(static_cast<size_t>(panels), grain, body);
+    else pool.parallel_for(static_cast<size_t>(panels * ((n + kTokenChunk - 1) / kTokenChunk)), 1, body);
+  };
+  // Rounds the activations' rows [t0, t1) with round_range(t0, t1): over the pool
+  // for prefill, so no thread waits while one rounds them all.
+  const auto round_tokens = [&](auto round_range) {
+    if (n <= 3) return round_range(int64_t{0}, n);
+    pool.parallel_for(static_cast<size_t>(n), 16, [&](size_t begin, size_t end) {
+      round_range(static_cast<int64_t>(begin), static_cast<int64_t>(end));
+    });
   };
 #if defined(__x86_64__)
   if (has_avx2_products()) {
@@ -383,17 +393,19 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
     const int64_t stride = kp + 16;
     std::vector<float>& xf = rounded_float_activations();
     if (xf.size() < static_cast<size_t>(n * stride)) xf.resize(static_cast<size_t>(n * stride));
-    round_rows_to_floats_avx2(x, n, w.cols, stride, xf.data());
+    round_tokens([&](int64_t t0, int64_t t1) {
+      round_rows_to_floats_avx2(x + t0 * w.cols, t1 - t0, w.cols, stride, xf.data() + t0 * stride);
+    });
     const auto row_of = [&](int64_t t) { return static_cast<const float*>(xf.data() + t * stride); };
     split([&](size_t begin, size_t end) {
-      multiply_panels<kTileTokens>(n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y, row_of, panel_avx2);
+      multiply_units<kTileTokens>(n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y, row_of, panel_avx2);
     });
     return;
   }
 #endif
   std::vector<uint16_t>& xb = rounded_activations();
   if (xb.size() < static_cast<size_t>(n * kp)) xb.resize(static_cast<size_t>(n * kp));
-  round_rows(x, n, w.cols, kp, xb.data());
+  round_tokens([&](int64_t t0, int64_t t1) { round_rows(x + t0 * w.cols, t1 - t0, w.cols, kp, xb.data() + t0 * kp); });
   const auto row_of = [&](int64_t t) { return reinterpret_cast<const uint32_t*>(xb.data() + t * kp); };
   const auto panel = [](const uint16_t* weights, int groups, int64_t pairs, const uint32_t* const* xs, int tokens,
                         float* const* ys, int64_t first_row, int64_t valid_rows, bool streaming) {
@@ -404,7 +416,7 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
     generic_panel(weights, groups, pairs, xs, tokens, ys, first_row, valid_rows);
   };
   split([&](size_t begin, size_t end) {
-    multiply_panels<kTileTokens>(n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y, row_of, panel);
+    multiply_units<kTileTokens>(n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y, row_of, panel);
   });
 }
 

@@ -2,7 +2,7 @@
 // 2 kv heads, head_dim 128: 8 query heads per kv head), one thread:
 //   Prefill: 512 query tokens from position 0 (131,328 visible token-key pairs per head).
 //   Decode:  1 query token after `context` cached positions.
-// Each for fp32 and int8 rows (decode also for bf16 rows, the cache's default), and the
+// Each for fp32, int8 and bf16 rows (bf16: the cache's default), and the
 // per-(token, head) attend_one_head loop the flash kernel replaces (fp32 only) as a
 // baseline.
 //
@@ -91,6 +91,7 @@ void run_simple(benchmark::State& state, int num_queries, int64_t first_position
 
 void BM_PrefillF32(benchmark::State& state) { run_flash(state, KvStorage::kF32, 512, 0); }
 void BM_PrefillInt8(benchmark::State& state) { run_flash(state, KvStorage::kInt8, 512, 0); }
+void BM_PrefillBf16(benchmark::State& state) { run_flash(state, KvStorage::kBF16, 512, 0); }
 void BM_PrefillSimple(benchmark::State& state) { run_simple(state, 512, 0); }
 void BM_DecodeF32(benchmark::State& state) { run_flash(state, KvStorage::kF32, 1, state.range(0)); }
 void BM_DecodeInt8(benchmark::State& state) { run_flash(state, KvStorage::kInt8, 1, state.range(0)); }
@@ -99,6 +100,7 @@ void BM_DecodeSimple(benchmark::State& state) { run_simple(state, 1, state.range
 
 BENCHMARK(BM_PrefillF32)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillInt8)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillBf16)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillSimple)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeF32)->Arg(128)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeInt8)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);

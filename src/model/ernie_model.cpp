@@ -221,6 +221,21 @@ void ErnieModel::for_rows(int64_t n, FunctionRef<void(int64_t, int64_t)> body) {
   });
 }
 
+void ErnieModel::gather_rows(const float* src, int64_t count, FunctionRef<int64_t(int64_t)> source_row, float* dst) {
+  const int64_t h = config_.hidden_size;
+  for_rows(count, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) std::copy_n(src + source_row(i) * h, h, dst + i * h);
+  });
+}
+
+void ErnieModel::scatter_add_rows(const float* src, int64_t count, FunctionRef<int64_t(int64_t)> target_row,
+                                  FunctionRef<float(int64_t)> weight, float* dst) {
+  const int64_t h = config_.hidden_size;
+  for_rows(count, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) add_scaled(dst + target_row(i) * h, src + i * h, weight(i), h);
+  });
+}
+
 void ErnieModel::plan_batch(const ForwardBatch& batch) {
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
   sized(slots_, n);
@@ -547,15 +562,11 @@ void ErnieModel::moe_block(const DecoderLayerWeights& layer, const ForwardBatch&
       }
       float* in = sized(modality_in_, count * h);
       float* partial = sized(modality_out_, count * h);
-      // Split over the pool like the element-wise steps (every row appears once).
-      for_rows(count, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) std::copy_n(normed_.data() + rows[i] * h, h, in + i * h);
-        std::fill_n(partial + i0 * h, (i1 - i0) * h, 0.0f);
-      });
+      const auto row = [&](int64_t i) -> int64_t { return rows[i]; };
+      gather_rows(normed_.data(), count, row, in);
+      for_rows(count, [&](int64_t i0, int64_t i1) { std::fill_n(partial + i0 * h, (i1 - i0) * h, 0.0f); });
       routed_experts(experts, in, count, partial);
-      for_rows(count, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) add_scaled(out + rows[i] * h, partial + i * h, 1.0f, h);
-      });
+      scatter_add_rows(partial, count, row, [](int64_t) { return 1.0f; }, out);
     }
   }
   if (layer.moe->shared) {
@@ -631,11 +642,9 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
     if (tokens == 0 || std::none_of(parts.begin(), parts.end(), held)) continue;
     const Routing* mine = routed + offset[expert];
     float* gathered = sized(expert_in_, tokens * h);
-    // Gather and scatter split over the pool like the element-wise steps: within one
-    // expert every token appears once, so no two rows of the scatter meet.
-    for_rows(tokens, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) std::copy_n(input + mine[i].token * h, h, gathered + i * h);
-    });
+    // Within one expert every token appears once, so the scatter's rows are distinct.
+    const auto token = [&](int64_t i) -> int64_t { return mine[i].token; };
+    gather_rows(input, tokens, token, gathered);
     expert_input_.reset(gathered, tokens, h);
     const float* expert_out = nullptr;
     if (std::count_if(parts.begin(), parts.end(), held) == 1) {
@@ -648,9 +657,7 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
         if (held(part)) mlp_block(part, expert_input_, sum);  // each adds its share
       expert_out = sum;
     }
-    for_rows(tokens, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) add_scaled(out + mine[i].token * h, expert_out + i * h, mine[i].weight, h);
-    });
+    scatter_add_rows(expert_out, tokens, token, [&](int64_t i) { return mine[i].weight; }, out);
   }
 }
 

@@ -125,6 +125,12 @@ class ErnieModel final : public LanguageModel {
   // body(t0, t1) over the token rows [0, n): split over the pool for prefill-sized
   // batches, on this thread for decode-sized ones.
   void for_rows(int64_t n, FunctionRef<void(int64_t, int64_t)> body);
+  // Row i of dst[count, H] = row source_row(i) of src, split like for_rows.
+  void gather_rows(const float* src, int64_t count, FunctionRef<int64_t(int64_t)> source_row, float* dst);
+  // Row target_row(i) of dst += weight(i) · row i of src[count, H], split like for_rows:
+  // no two i may share a target row.
+  void scatter_add_rows(const float* src, int64_t count, FunctionRef<int64_t(int64_t)> target_row,
+                        FunctionRef<float(int64_t)> weight, float* dst);
   void attention_block(const DecoderLayerWeights& layer, int layer_index, const ForwardBatch& batch, float* out);
   // MLP(input) for the n rows of H in `input`: n rows of H in a buffer that lasts until
   // the next MLP.

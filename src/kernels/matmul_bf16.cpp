@@ -21,10 +21,15 @@ constexpr int kTileTokens = 6;
 // Tokens whose activations and results a thread keeps near while it walks its panels: a
 // whole number of tiles, so only the batch's last tile can be a narrower one.
 constexpr int64_t kTokenChunk = 10 * kTileTokens;
+// Batches of up to this many tokens are decode: bound by memory, each thread streams its
+// share of the weights once (prefetching ahead); larger ones are prefill, bound by
+// arithmetic.
+constexpr int64_t kStreamingTokens = 3;
 
 int64_t even_cols(int64_t cols) { return (cols + 1) / 2 * 2; }
 int64_t padded_rows(int64_t rows) { return (rows + kBf16GroupRows - 1) / kBf16GroupRows * kBf16GroupRows; }
 int64_t panel_count(int64_t rows) { return (rows + kPanelRows - 1) / kPanelRows; }
+int64_t token_chunks(int64_t n) { return (n + kTokenChunk - 1) / kTokenChunk; }
 // Groups in panel p of a matrix with `rows` rows.
 int panel_groups(int64_t rows, int64_t p) {
   return static_cast<int>(std::min(kBf16PanelGroups, padded_rows(rows) / kBf16GroupRows - p * kBf16PanelGroups));
@@ -298,9 +303,9 @@ template <int kTokens, typename RowOf, typename Panel>
 void multiply_units(int64_t n, const WeightMatrix& w, int64_t begin, int64_t end, float* y, RowOf row_of,
                     Panel panel) {
   using Row = decltype(row_of(int64_t{0}));
-  const int64_t kp = even_cols(w.cols), pairs = kp / 2, chunks = (n + kTokenChunk - 1) / kTokenChunk;
+  const int64_t kp = even_cols(w.cols), pairs = kp / 2, chunks = token_chunks(n);
   const auto* weights = static_cast<const uint16_t*>(w.data);
-  const bool streaming = n <= 3;
+  const bool streaming = n <= kStreamingTokens;
   for (int64_t u = begin; u < end; ++u) {
     const int64_t p = u / chunks, t0 = u % chunks * kTokenChunk, t1 = std::min(n, t0 + kTokenChunk);
     const uint16_t* panel_weights = weights + p * kPanelRows * kp;
@@ -374,13 +379,13 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
   // 8% of the time; these units gave 3% more tokens/s (12 alternating rounds), while
   // chunk-major ones, which stream every panel once per chunk, gave 13% fewer.
   const auto split = [&](FunctionRef<void(size_t, size_t)> body) {
-    if (n <= 3) pool.parallel_streams(static_cast<size_t>(panels), 1, body);
-    else pool.parallel_for(static_cast<size_t>(panels * ((n + kTokenChunk - 1) / kTokenChunk)), 1, body);
+    if (n <= kStreamingTokens) pool.parallel_streams(static_cast<size_t>(panels), 1, body);
+    else pool.parallel_for(static_cast<size_t>(panels * token_chunks(n)), 1, body);
   };
   // Rounds the activations' rows [t0, t1) with round_range(t0, t1): over the pool
   // for prefill, so no thread waits while one rounds them all.
   const auto round_tokens = [&](auto round_range) {
-    if (n <= 3) return round_range(int64_t{0}, n);
+    if (n <= kStreamingTokens) return round_range(int64_t{0}, n);
     pool.parallel_for(static_cast<size_t>(n), 16, [&](size_t begin, size_t end) {
       round_range(static_cast<int64_t>(begin), static_cast<int64_t>(end));
     });

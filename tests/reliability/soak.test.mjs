@@ -7,9 +7,9 @@ import { OpenAI, startServer, postJson, metrics, waitIdle, percentile, rssBytes,
 
 const kClients = Number(process.env.ERNIE_SOAK_CLIENTS ?? 100);
 // Enough that the second half, where RSS must stay flat, starts after the warm-up: the
-// server's memory grows while its caches and the allocator's arenas fill (on the
-// AVX-512 host, 42 MiB at start, 89 MiB after 3000 requests, then 90-92 MiB through
-// 12000). With 2000 requests the middle reading there fell inside the warm-up.
+// server's RSS rises over its first few thousand requests, then levels off (on the
+// AVX-512 host: 42 MiB at start, 89 MiB after 3000 requests, 90-92 MiB through 12000).
+// With 2000 requests the middle reading there fell inside the rise.
 const kRequests = Number(process.env.ERNIE_SOAK_REQUESTS ?? 6000);
 // Under AddressSanitizer freed memory sits in a quarantine of up to 256 MiB, so RSS
 // says nothing about the server's own growth there (scripts/sanitize.sh turns it off).

@@ -146,7 +146,8 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
 
   const int64_t lines_per_block = kInt4 ? w.group / 8 : w.group / 4;
   for (int64_t b = 0; b < w.blocks; ++b) {
-    if constexpr (MR == 1) _mm_prefetch(w.scales_ahead(p0, b, lines_per_block), _MM_HINT_NTA);
+    if constexpr (MR == 1)  // as the values are prefetched: every panel of the tile
+      for (int j = 0; j < NR; ++j) _mm_prefetch(w.scales_ahead(p0 + j, b, lines_per_block), _MM_HINT_NTA);
     // Each sum starts at minus the stored offset's contribution, so the integer result
     // comes out exact with no subtraction per accumulator afterwards.
     __m512i sum[kChains][MR][NR];

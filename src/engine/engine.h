@@ -53,6 +53,7 @@ struct EngineStats {
   int blocks_total = 0;
   int blocks_free = 0;
   int blocks_cached = 0;
+  uint64_t kv_resident_bytes = 0;  // the KV pool's RAM in use (EngineClient::stats only)
   PrefixCacheStats prefix_cache;
   KvSwapStats swap;  // the second KV tier (zeros without --swap-space)
   int64_t steps = 0;
@@ -116,6 +117,7 @@ class Engine {
   // The block storage, for the transfer threads of disaggregation (they write only the
   // blocks of kRemote requests, see RemotePrefill::cancel).
   KvBlockPool& kv_pool() { return pool_; }
+  const KvBlockPool& kv_pool() const { return pool_; }
 
   const EngineConfig& config() const { return config_; }
   const ModelConfig& model_config() const { return model_.config(); }

@@ -1,6 +1,7 @@
 #include "engine/kv_block_pool.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cassert>
@@ -47,6 +48,22 @@ KvBlockPool::~KvBlockPool() { munmap(storage_, storage_bytes_); }
 
 KvBlockPoolStats KvBlockPool::stats() const {
   return {num_blocks_, num_free_blocks(), static_cast<int>(cached_by_hash_.size())};
+}
+
+uint64_t KvBlockPool::resident_bytes() const {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t pages = (storage_bytes_ + page - 1) / page;
+  // One byte per page; done in slices so a large pool needs no large vector.
+  constexpr size_t kSlicePages = 1 << 16;
+  std::vector<unsigned char> residency(std::min(pages, kSlicePages));
+  uint64_t resident_pages = 0;
+  for (size_t first = 0; first < pages; first += kSlicePages) {
+    const size_t count = std::min(kSlicePages, pages - first);
+    if (mincore(storage_ + first * page, std::min(count * page, storage_bytes_ - first * page), residency.data()) != 0)
+      fail("cannot read the KV cache's residency: ", std::strerror(errno));
+    for (size_t i = 0; i < count; ++i) resident_pages += residency[i] & 1u;
+  }
+  return resident_pages * page;
 }
 
 uint8_t* KvBlockPool::row(BlockId block, int layer, int offset, int kind) {

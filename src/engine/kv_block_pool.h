@@ -47,6 +47,10 @@ class KvBlockPool {
   // Bytes of one block: K and V for every layer and position.
   static uint64_t bytes_per_block(int num_layers, size_t row_bytes, int block_size);
   KvBlockPoolStats stats() const;
+  // Bytes of the pool's storage now in RAM. The storage is reserved, not committed: a
+  // block's pages become resident when first written and stay so. Reads only the
+  // mapping's page table, so any thread may call it while the engine runs.
+  uint64_t resident_bytes() const;
 
   void* key(BlockId block, int layer, int offset) { return row(block, layer, offset, 0); }
   void* value(BlockId block, int layer, int offset) { return row(block, layer, offset, 1); }

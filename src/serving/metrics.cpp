@@ -145,6 +145,10 @@ std::string ServingMetrics::render(const EngineStats& engine, int max_num_seqs) 
   gauge(p + "available_gpu_block_num", "KV cache blocks available to new requests", engine.blocks_free, out);
   gauge(p + "available_gpu_resource", "Share of KV cache blocks free",
         engine.blocks_total > 0 ? static_cast<double>(engine.blocks_free) / engine.blocks_total : 0.0, out);
+  // Not one of FastDeploy's: on a CPU the pool is reserved up front but enters RAM as
+  // its blocks are first written, so RSS alone does not say what the server holds.
+  gauge("ernie_kv_cache_resident_bytes", "Bytes of the KV cache pool in RAM (it fills as blocks are first used)",
+        static_cast<double>(engine.kv_resident_bytes), out);
   gauge(p + "max_cpu_block_num", "Blocks of the second (--swap-space) cache tier", engine.swap.capacity_blocks, out);
   out += "# HELP " + p + "cache_config_info The KV cache configuration, as labels\n# TYPE " + p +
          "cache_config_info gauge\n" + p + "cache_config_info{" + cache_labels_ + "} 1\n";

@@ -208,6 +208,8 @@ test('metrics: FastDeploy\'s latency series, cache config and second-tier series
     assert.ok(samples.has(`fastdeploy:${name}`), name);
   }
   assert.ok(samples.get('fastdeploy:infer_latency') > 0);
+  // Our own gauge: the request wrote KV rows, so some of the pool is in RAM.
+  assert.ok(samples.get('ernie_kv_cache_resident_bytes') > 0);
 });
 
 // Prometheus' own parser (promtool, from Debian's prometheus package) reads the page.

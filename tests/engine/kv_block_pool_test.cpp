@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <fstream>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "util/error.h"
@@ -40,6 +44,47 @@ TEST(KvBlockPoolTest, RowsOfDifferentBlocksLayersAndKindsDoNotOverlap) {
   for (int i = 0; i < 8; ++i) row[i] = 7.0f;
   EXPECT_EQ(static_cast<float*>(pool.value(1, 2, 3))[0], 0.0f);
   EXPECT_EQ(KvBlockPool::bytes_per_block(3, 32, 4), 2u * 3 * 4 * 32);
+}
+
+// Whether the kernel backs anonymous memory with transparent huge pages unasked: then a
+// first write may bring in a whole huge page rather than one page.
+bool transparent_huge_pages_always() {
+  std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string text;
+  std::getline(mode, text);
+  return text.find("[always]") != std::string::npos;
+}
+
+TEST(KvBlockPoolTest, ResidentBytesCountOnlyThePagesWritten) {
+  // Blocks of exactly 64 KiB (2 layers x 16 positions x 1 KiB x K and V), so a block
+  // covers whole pages for any page size up to 64 KiB.
+  constexpr size_t kRowBytes = 1024;
+  KvBlockPool pool(2, kRowBytes, 16, 300);
+  const uint64_t block_bytes = KvBlockPool::bytes_per_block(2, kRowBytes, 16);
+  ASSERT_EQ(block_bytes, 64u * 1024);
+  EXPECT_EQ(pool.resident_bytes(), 0u) << "a fresh pool holds no RAM";
+  // Every row of blocks 3 and 250, then one byte of block 100: megabytes apart, so no
+  // huge page holds two of them.
+  for (BlockId block : {3, 250})
+    for (int layer = 0; layer < 2; ++layer)
+      for (int offset = 0; offset < 16; ++offset) {
+        std::memset(pool.key(block, layer, offset), 1, kRowBytes);
+        std::memset(pool.value(block, layer, offset), 1, kRowBytes);
+      }
+  const uint64_t two_blocks = pool.resident_bytes();
+  *static_cast<uint8_t*>(pool.key(100, 0, 0)) = 1;
+  const uint64_t and_a_byte = pool.resident_bytes();
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (!transparent_huge_pages_always()) {
+    EXPECT_EQ(two_blocks, 2 * block_bytes);
+    EXPECT_EQ(and_a_byte, 2 * block_bytes + page);
+  } else {
+    constexpr uint64_t kHugePage = 2u << 20;
+    EXPECT_GE(two_blocks, 2 * block_bytes);
+    EXPECT_LE(two_blocks, 2 * kHugePage);
+    EXPECT_GE(and_a_byte, two_blocks + page);
+    EXPECT_LE(and_a_byte, 3 * kHugePage);
+  }
 }
 
 TEST(KvBlockPoolTest, CachedBlocksAreFoundByHashAndTokensAndEvictedLeastRecentlyReleasedFirst) {

@@ -48,12 +48,13 @@ export function percentile(values, share) {
 
 export async function metrics(baseURL) {
   const text = await (await fetch(`${baseURL}/metrics`)).text();
-  const value = (name) => Number(text.match(new RegExp(`^fastdeploy:${name} (\\S+)$`, 'm'))[1]);
+  const value = (name) => Number(text.match(new RegExp(`^${name} (\\S+)$`, 'm'))[1]);
   return {
-    running: value('num_requests_running'),
-    waiting: value('num_requests_waiting'),
-    blocksTotal: value('max_gpu_block_num'),
-    blocksFree: value('free_gpu_block_num'),
+    running: value('fastdeploy:num_requests_running'),
+    waiting: value('fastdeploy:num_requests_waiting'),
+    blocksTotal: value('fastdeploy:max_gpu_block_num'),
+    blocksFree: value('fastdeploy:free_gpu_block_num'),
+    kvResidentBytes: value('ernie_kv_cache_resident_bytes'),
   };
 }
 
@@ -81,6 +82,14 @@ export async function waitIdle(baseURL, timeoutMs = 30000) {
 export function rssBytes(pid) {
   const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
   return Number(status.match(/^VmRSS:\s+(\d+) kB$/m)[1]) * 1024;
+}
+
+// A server's resident memory less its KV pool's: the pool is reserved at start and enters
+// RAM block by block as the prefix cache first uses each one, up to its fixed size, so
+// it grows over a long run without being a leak.
+export async function rssBesideKvPool(server) {
+  const { kvResidentBytes } = await metrics(server.baseURL);
+  return rssBytes(server.pid) - kvResidentBytes;
 }
 
 // Reads a server-sent-event stream to its end; returns the parsed data events.

@@ -481,6 +481,7 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
 void reserve_matmul_scratch(int64_t max_cols) {
   std::vector<float>& scratch = panel_scratch();
   if (scratch.size() < static_cast<size_t>(kPanelRows * max_cols)) scratch.resize(static_cast<size_t>(kPanelRows * max_cols));
+  reserve_integer_scratch(kDecodeRows, max_cols);
 }
 
 void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y) {

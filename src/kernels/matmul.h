@@ -54,8 +54,13 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
 // and the same activation rounding the kernels apply.
 void matmul_reference(const float* x, int64_t n, const WeightMatrix& w, float* y);
 
+// Products of fewer activation rows than this (decode's) are bound by reading the
+// weights, more by arithmetic; kernels split their work accordingly.
+inline constexpr int64_t kDecodeRows = 16;
+
 // Sizes the calling thread's kernel buffers for weights of up to `max_cols` inputs, so
-// later matmuls on this thread allocate nothing (run it on every pool thread).
+// later matmuls on this thread allocate nothing (run it on every pool thread), including
+// decode-sized ones that a pool thread runs whole on its own.
 void reserve_matmul_scratch(int64_t max_cols);
 
 // bf16 weights times activations rounded to bf16 (AVX512-BF16's vdpbf16ps, fp32

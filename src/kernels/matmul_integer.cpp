@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
 #include "kernels/simd_dispatch.h"
 #include "util/error.h"
 
@@ -415,8 +416,13 @@ using PanelKernel = void (*)(const QuantizedActivations&, const IntegerWeight&, 
 
 // offset · Σx · scale for every (token, block) of x, in a buffer of the calling thread
 // that lasts until its next call (the pool's threads read it within this one).
-const float* int4_offsets(const QuantizedActivations& x, int32_t offset) {
+std::vector<float>& int4_offset_buffer() {
   thread_local std::vector<float> offsets;
+  return offsets;
+}
+
+const float* int4_offsets(const QuantizedActivations& x, int32_t offset) {
+  std::vector<float>& offsets = int4_offset_buffer();
   offsets.resize(x.sums.size());
   for (size_t i = 0; i < offsets.size(); ++i)
     offsets[i] = static_cast<float>(offset) * x.scales[i] * static_cast<float>(x.sums[i]);
@@ -443,6 +449,10 @@ PanelKernel select_kernel() {
 }
 
 }  // namespace
+
+void reserve_integer_scratch(int64_t max_tokens, int64_t max_cols) {
+  int4_offset_buffer().reserve(static_cast<size_t>(max_tokens * (max_cols / kIntegerGroup)));
+}
 
 void matmul_integer(ThreadPool& pool, const QuantizedActivations& x, const WeightMatrix& w, float* y) {
   const WeightMatrix* ws[1] = {&w};
@@ -472,7 +482,7 @@ void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::
       described[i].int4_offsets = offsets;
     }
   }
-  const bool decode = x.n < 16;
+  const bool decode = x.n < kDecodeRows;
   const int64_t unit = decode ? 1 : 3;
   int64_t first_unit[kMaxWeights + 1] = {0};  // units of weight i: [first_unit[i], first_unit[i + 1])
   for (size_t i = 0; i < ws.size(); ++i) {

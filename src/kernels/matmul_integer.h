@@ -18,6 +18,10 @@ void matmul_integer(ThreadPool& pool, const QuantizedActivations& x, const Weigh
 void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::span<const WeightMatrix* const> ws,
                           std::span<float* const> ys);
 
+// Sizes the calling thread's buffers for products of up to `max_tokens` activation rows
+// of up to `max_cols` inputs, so later ones on this thread allocate nothing.
+void reserve_integer_scratch(int64_t max_tokens, int64_t max_cols);
+
 // The same sum in double on one thread, from dequantize_weight: the tests' oracle.
 void matmul_integer_reference(const QuantizedActivations& x, const WeightMatrix& w, float* y);
 

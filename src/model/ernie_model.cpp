@@ -42,6 +42,39 @@ AttentionScratch& thread_attention_scratch() {
 // enough that a K/V block loaded serves many query rows.
 constexpr int32_t kAttentionQueryTile = 64;
 
+// Below this many rows, element-wise work is shorter than handing it out to the pool.
+constexpr int64_t kParallelRows = 16;
+
+// body(t0, t1) over [0, n): split over `pool` for prefill-sized n, else on this thread.
+void for_rows(ThreadPool& pool, int64_t n, FunctionRef<void(int64_t, int64_t)> body) {
+  if (n < kParallelRows) {
+    body(0, n);
+    return;
+  }
+  pool.parallel_for(static_cast<size_t>(n), 0, [&](size_t begin, size_t end) {
+    body(static_cast<int64_t>(begin), static_cast<int64_t>(end));
+  });
+}
+
+// down [n, H] = MLP(input), with gate and up [n, inner] as working memory and
+// down_input for the down projection's quantized input.
+void mlp_into(ThreadPool& pool, const MlpWeights& mlp, MatmulInput& input, float* gate, float* up,
+              MatmulInput& down_input, float* down) {
+  const int64_t n = input.n(), inner = mlp.gate.rows;
+  const WeightMatrix* gate_up[] = {&mlp.gate, &mlp.up};
+  float* gate_up_out[] = {gate, up};
+  matmul_shared_input(pool, input, gate_up, gate_up_out);
+  for_rows(pool, n, [&](int64_t t0, int64_t t1) { silu_mul(gate + t0 * inner, up + t0 * inner, (t1 - t0) * inner); });
+  down_input.reset(gate, n, inner);
+  matmul(pool, down_input, mlp.down, down);
+}
+
+// A pool of the calling thread alone, for work that one pool thread runs whole.
+ThreadPool& this_thread_pool() {
+  thread_local ThreadPool solo(1);
+  return solo;
+}
+
 }  // namespace
 
 ForwardBatch single_sequence_batch(KvCache& cache, std::span<const int32_t> tokens, int64_t start_position,
@@ -209,17 +242,7 @@ void ErnieModel::validate(const ForwardBatch& batch) const {
     fail("forward: 3-D positions and input embeddings need an ERNIE-4.5-VL model");
 }
 
-void ErnieModel::for_rows(int64_t n, FunctionRef<void(int64_t, int64_t)> body) {
-  // Below this many rows the element-wise work is shorter than handing it out.
-  constexpr int64_t kParallelRows = 16;
-  if (n < kParallelRows) {
-    body(0, n);
-    return;
-  }
-  pool_.parallel_for(static_cast<size_t>(n), 0, [&](size_t begin, size_t end) {
-    body(static_cast<int64_t>(begin), static_cast<int64_t>(end));
-  });
-}
+void ErnieModel::for_rows(int64_t n, FunctionRef<void(int64_t, int64_t)> body) { ernie::for_rows(pool_, n, body); }
 
 void ErnieModel::gather_rows(const float* src, int64_t count, FunctionRef<int64_t(int64_t)> source_row, float* dst) {
   const int64_t h = config_.hidden_size;
@@ -263,6 +286,7 @@ void ErnieModel::prepare_threads() {
       {config_.hidden_size, config_.q_width(), config_.intermediate_size,
        config_.moe ? config_.moe->intermediate_size : 0, 2 * config_.hidden_size});
   pool_.run_on_every_thread([&] {
+    this_thread_pool();  // built now, not inside a step
     reserve_matmul_scratch(widest);
     reserve_attention_scratch(thread_attention_scratch(), config_.head_dim);
   });
@@ -524,14 +548,8 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
 
 const float* ErnieModel::mlp_forward(const MlpWeights& mlp, MatmulInput& input) {
   const int64_t n = input.n(), inner = mlp.gate.rows;
-  float* gate = sized(gate_, n * inner);
-  float* up = sized(up_, n * inner);
-  const WeightMatrix* gate_up[] = {&mlp.gate, &mlp.up};
-  float* gate_up_out[] = {gate, up};
-  matmul_shared_input(pool_, input, gate_up, gate_up_out);
-  for_rows(n, [&](int64_t t0, int64_t t1) { silu_mul(gate + t0 * inner, up + t0 * inner, (t1 - t0) * inner); });
   float* down = sized(down_, n * mlp.down.rows);
-  matmul(pool_, gate, n, mlp.down, down);
+  mlp_into(pool_, mlp, input, sized(gate_, n * inner), sized(up_, n * inner), down_input_, down);
   return down;
 }
 
@@ -632,6 +650,7 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
       routed[offset[expert] + count[expert]++] = {static_cast<int32_t>(t), chosen_weight[t * top_k + j]};
     }
 
+  if (experts_on_threads(moe, input, n, out)) return;
   // Each expert runs on its gathered tokens and scatters back scaled by its weight.
   for (int expert = 0; expert < e; ++expert) {
     const int64_t tokens = count[expert];
@@ -659,6 +678,50 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
     }
     scatter_add_rows(expert_out, tokens, token, [&](int64_t i) { return mine[i].weight; }, out);
   }
+}
+
+bool ErnieModel::experts_on_threads(const MoeWeights& moe, const float* input, int64_t n, float* out) {
+  const int64_t h = config_.hidden_size;
+  const int e = config_.moe->num_experts;
+  const int32_t* count = expert_count_.data();
+  const int32_t* offset = expert_offset_.data();
+  // Whole experts only: the parts of a tensor-parallel expert are summed across ranks.
+  if (moe.expert_parts != 1 || pool_.num_threads() < 2) return false;
+  int32_t* active = sized(active_experts_, e);
+  int64_t num_active = 0;
+  for (int expert = 0; expert < e; ++expert) {
+    // Decode-sized only: with more tokens an expert is bound by arithmetic, which its
+    // own parallel matmuls spread better.
+    if (count[expert] >= kDecodeRows) return false;
+    if (count[expert] > 0 && !moe.experts[static_cast<size_t>(expert)].gate.empty()) active[num_active++] = expert;
+  }
+  if (num_active < static_cast<int64_t>(pool_.num_threads())) return false;
+  // Expert i's output rows, in the order routed_ lists its tokens.
+  float* outputs = sized(expert_out_, n * config_.moe->top_k * h);
+  // Working memory per expert, not per thread: whichever thread runs an expert, a batch
+  // shape seen before finds its buffers sized.
+  if (expert_scratch_.size() < static_cast<size_t>(e)) expert_scratch_.resize(static_cast<size_t>(e));
+  const Routing* routed = routed_.data();
+  pool_.parallel_for(static_cast<size_t>(num_active), 1, [&](size_t begin, size_t end) {
+    for (size_t a = begin; a < end; ++a) {
+      const int32_t expert = active[a];
+      const MlpWeights& mlp = moe.experts[static_cast<size_t>(expert)];
+      ExpertScratch& scratch = expert_scratch_[static_cast<size_t>(expert)];
+      const int64_t tokens = count[expert], inner = mlp.gate.rows;
+      float* gathered = sized(scratch.gathered, tokens * h);
+      for (int64_t i = 0; i < tokens; ++i) std::copy_n(input + routed[offset[expert] + i].token * h, h, gathered + i * h);
+      scratch.input.reset(gathered, tokens, h);
+      mlp_into(this_thread_pool(), mlp, scratch.input, sized(scratch.gate, tokens * inner),
+               sized(scratch.up, tokens * inner), scratch.down_input, outputs + offset[expert] * h);
+    }
+  });
+  // Added in expert order, as the expert-by-expert loop adds them.
+  for (int64_t a = 0; a < num_active; ++a) {
+    const Routing* mine = routed + offset[active[a]];
+    scatter_add_rows(outputs + offset[active[a]] * h, count[active[a]], [&](int64_t i) -> int64_t { return mine[i].token; },
+                     [&](int64_t i) { return mine[i].weight; }, out);
+  }
+  return true;
 }
 
 void ErnieModel::expert_parallel_moe(const MoeWeights& moe, int64_t n, float* out) {

@@ -110,6 +110,11 @@ class ErnieModel final : public LanguageModel {
     int32_t token;
     float weight;
   };
+  // One expert's working memory when a pool thread runs it whole (experts_on_threads).
+  struct ExpertScratch {
+    MatmulInput input, down_input;
+    std::vector<float> gathered, gate, up;
+  };
 
   void validate(const ForwardBatch& batch) const;
   void plan_batch(const ForwardBatch& batch);
@@ -140,6 +145,14 @@ class ErnieModel final : public LanguageModel {
   // out[n, H] += the routed experts of `moe` for the n rows of `input` (shared experts
   // excluded).
   void routed_experts(const MoeWeights& moe, const float* input, int64_t n, float* out);
+  // routed_experts for decode-sized batches on several threads, once the tokens are
+  // grouped by expert: each thread runs whole experts (gate and up, SiLU, down) on its
+  // own, so one expert's weights stream on one core as one sequence and the threads meet
+  // once per layer instead of twice per expert. The outputs are added in expert order,
+  // as the expert-by-expert loop adds them, so both give the same bits. False (nothing
+  // done) where that loop is better: larger batches, fewer active experts than threads,
+  // experts split into tensor-parallel parts.
+  bool experts_on_threads(const MoeWeights& moe, const float* input, int64_t n, float* out);
   // Chooses top_k experts and their weights for n rows of `input` (chosen_expert_,
   // chosen_weight_, and per-expert counts in expert_count_).
   void route(const MoeWeights& moe, const float* input, int64_t n);
@@ -179,7 +192,7 @@ class ErnieModel final : public LanguageModel {
   int64_t hidden_rows_ = 0;       // rows of x_ the last forward left
   std::unique_ptr<WeightMatrix> mtp_head_;  // int8 copy of the LM head for drafting
   std::vector<float> router_logits_, expert_in_, expert_out_, probs_, scores_, chosen_weight_;
-  std::vector<int32_t> order_, chosen_expert_, expert_count_, expert_offset_;
+  std::vector<int32_t> order_, chosen_expert_, expert_count_, expert_offset_, active_experts_;
   std::vector<Routing> routed_;  // [E][tokens routed to it], grouped by expert
   // Expert parallelism's exchange buffers.
   std::vector<int> ep_counts_;
@@ -188,7 +201,8 @@ class ErnieModel final : public LanguageModel {
   std::vector<float> ep_results_, ep_returned_, ep_share_out_, ep_gathered_;
   std::vector<int32_t> modality_rows_;         // VL: batch rows of one modality
   std::vector<float> modality_in_, modality_out_;
-  MatmulInput input_, expert_input_;
+  MatmulInput input_, expert_input_, down_input_;
+  std::vector<ExpertScratch> expert_scratch_;  // [E], for experts_on_threads
   std::vector<TokenSlot> slots_;
   std::vector<AttentionItem> attention_items_;
   std::vector<std::vector<const void*>> key_rows_, value_rows_;

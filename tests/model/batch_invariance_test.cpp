@@ -118,6 +118,31 @@ TEST_P(BatchInvarianceTest, RowLogitsAreBitwiseTheSameAloneAndPacked) {
   }
 }
 
+// Nor on how many threads the pool has. Where a MoE model decodes with at least as many
+// active experts as threads (here: one token, top-2 experts, two threads), each thread
+// runs whole experts on its own (ErnieModel::experts_on_threads); on one thread they run
+// one after another, each over the pool. Both must give the same bits.
+TEST_P(BatchInvarianceTest, LogitsAreBitwiseTheSameOnOneThreadAndOnTwo) {
+  ThreadPool one_thread(1);
+  const std::string dir = testing::golden_model_dir(GetParam().model);
+  auto alone = ErnieModel::load(dir, one_thread, nullptr, parse_quantization(GetParam().quantization, load_model_config(dir)));
+  const std::vector<int32_t> ids = ids_for(5, 40);
+  constexpr int32_t kPrompt = 9;
+  auto cache = model_->new_kv_cache();
+  auto alone_cache = alone->new_kv_cache();
+  for (int32_t p = 0; p < static_cast<int32_t>(ids.size());) {
+    const int32_t count = p == 0 ? kPrompt : 1;  // a prompt, then decode steps
+    SCOPED_TRACE("position " + std::to_string(p));
+    const auto tokens = std::span(ids).subspan(static_cast<size_t>(p), static_cast<size_t>(count));
+    const std::vector<float> two = model_->forward(single_sequence_batch(*cache, tokens, p, false));
+    const std::vector<float>& one = alone->forward(single_sequence_batch(*alone_cache, tokens, p, false));
+    ASSERT_EQ(one.size(), two.size());
+    ASSERT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0)
+        << "the logits on one thread differ from those on two";
+    p += count;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Golden, BatchInvarianceTest,
                          ::testing::Values(Variant{"tiny-moe", ""}, Variant{"tiny-moe", "wint8"},
                                            Variant{"tiny-moe", "wint4"}, Variant{"tiny-moe", "block_wise_fp8"},

@@ -696,7 +696,7 @@ bool ErnieModel::experts_on_threads(const MoeWeights& moe, const float* input, i
     if (count[expert] > 0 && !moe.experts[static_cast<size_t>(expert)].gate.empty()) active[num_active++] = expert;
   }
   if (num_active < static_cast<int64_t>(pool_.num_threads())) return false;
-  // Expert i's output rows, in the order routed_ lists its tokens.
+  // Each expert's output rows start at its offset into routed_, in the order it lists them.
   float* outputs = sized(expert_out_, n * config_.moe->top_k * h);
   // Working memory per expert, not per thread: whichever thread runs an expert, a batch
   // shape seen before finds its buffers sized.

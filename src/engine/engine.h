@@ -53,7 +53,6 @@ struct EngineStats {
   int blocks_total = 0;
   int blocks_free = 0;
   int blocks_cached = 0;
-  uint64_t kv_resident_bytes = 0;  // the KV pool's RAM in use (EngineClient::stats only)
   PrefixCacheStats prefix_cache;
   KvSwapStats swap;  // the second KV tier (zeros without --swap-space)
   int64_t steps = 0;

@@ -97,15 +97,11 @@ void EngineClient::complete_remote_prefill(const std::string& request_id, bool s
 }
 
 EngineStats EngineClient::stats() const {
-  EngineStats stats;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats = stats_;
-  }
-  // Read here, not in the snapshot each step takes: it walks the pool's page table.
-  stats.kv_resident_bytes = engine_->kv_pool().resident_bytes();
-  return stats;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
 }
+
+uint64_t EngineClient::kv_resident_bytes() const { return engine_->kv_pool().resident_bytes(); }
 
 void EngineClient::run() {
   for (;;) {

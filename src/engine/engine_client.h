@@ -59,6 +59,9 @@ class EngineClient {
   void complete_remote_prefill(const std::string& request_id, bool succeeded);
   // Live figures for metrics, taken after the latest step.
   EngineStats stats() const;
+  // Bytes of the KV pool in RAM (KvBlockPool::resident_bytes). It walks the pool's page
+  // table, so only /metrics asks, not each step's snapshot or the status polls.
+  uint64_t kv_resident_bytes() const;
 
  private:
   void run();

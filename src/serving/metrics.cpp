@@ -115,7 +115,7 @@ void ServingMetrics::request_finished(const FinishedRequestFigures& figures) {
   max_tokens_.observe(static_cast<double>(figures.max_tokens));
 }
 
-std::string ServingMetrics::render(const EngineStats& engine, int max_num_seqs) const {
+std::string ServingMetrics::render(const EngineStats& engine, uint64_t kv_resident_bytes, int max_num_seqs) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out;
   const std::string p = "fastdeploy:";
@@ -148,7 +148,7 @@ std::string ServingMetrics::render(const EngineStats& engine, int max_num_seqs) 
   // Not one of FastDeploy's: on a CPU the pool is reserved up front but enters RAM as
   // its blocks are first written, so RSS alone does not say what the server holds.
   gauge("ernie_kv_cache_resident_bytes", "Bytes of the KV cache pool in RAM (it fills as blocks are first used)",
-        static_cast<double>(engine.kv_resident_bytes), out);
+        static_cast<double>(kv_resident_bytes), out);
   gauge(p + "max_cpu_block_num", "Blocks of the second (--swap-space) cache tier", engine.swap.capacity_blocks, out);
   out += "# HELP " + p + "cache_config_info The KV cache configuration, as labels\n# TYPE " + p +
          "cache_config_info gauge\n" + p + "cache_config_info{" + cache_labels_ + "} 1\n";

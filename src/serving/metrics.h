@@ -46,7 +46,7 @@ class ServingMetrics {
   explicit ServingMetrics(std::string cache_labels = "");
   void request_received();
   void request_finished(const FinishedRequestFigures& figures);
-  std::string render(const EngineStats& engine, int max_num_seqs) const;
+  std::string render(const EngineStats& engine, uint64_t kv_resident_bytes, int max_num_seqs) const;
 
  private:
   mutable std::mutex mutex_;

@@ -663,7 +663,9 @@ bool OpenAiService::authorized(const HttpRequest& request) const {
   return std::find(config_.api_keys.begin(), config_.api_keys.end(), key) != config_.api_keys.end();
 }
 
-std::string OpenAiService::metrics_text() const { return metrics_.render(engine_.stats(), config_.engine.max_num_seqs); }
+std::string OpenAiService::metrics_text() const {
+  return metrics_.render(engine_.stats(), engine_.kv_resident_bytes(), config_.engine.max_num_seqs);
+}
 
 HttpResponse OpenAiService::models_response() const {
   ordered_json model = {{"id", config_.model_name},

@@ -229,6 +229,7 @@ void matmul_shapes(benchmark::internal::Benchmark* b) {
     }
     b->Args({f, 1, 103424, 1024});  // the (tied) LM head, decode only
   }
+  b->Args({static_cast<int64_t>(WeightFormat::kInt6), 1, 103424, 1024});  // the head under the 4-bit names
   b->ArgNames({"format", "n", "rows", "cols"});
 }
 BENCHMARK(BM_Matmul)->Apply(matmul_shapes)->Unit(benchmark::kMicrosecond)->UseRealTime();

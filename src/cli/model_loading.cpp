@@ -68,8 +68,10 @@ QuantizationPlan quantization_from_flag(const std::string& model_dir, const std:
   if (value.empty()) return {};
   const char* head = std::getenv("ERNIE_QUANTIZE_LM_HEAD");
   const std::string head_flag = head != nullptr ? head : "1";
-  if (head_flag != "0" && head_flag != "1") fail("ERNIE_QUANTIZE_LM_HEAD must be 0 or 1, got \"", head_flag, "\"");
-  QuantizationPlan plan = parse_quantization(value, config, head_flag == "1");
+  if (head_flag != "0" && head_flag != "1" && head_flag != "int8")
+    fail("ERNIE_QUANTIZE_LM_HEAD must be 1 (the head follows --quantization), 0 (bf16) or int8, got \"", head_flag, "\"");
+  const HeadRule rule = head_flag == "0" ? HeadRule::kBf16 : head_flag == "int8" ? HeadRule::kInt8 : HeadRule::kFollow;
+  QuantizationPlan plan = parse_quantization(value, config, rule);
   if (config.release) plan.experts_as_stored = config.release->scheme == "wint2" ? "WINT2" : "W4A8";
   return plan;
 }

@@ -381,7 +381,9 @@ void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatri
   });
 }
 
-bool is_integer(const WeightMatrix& w) { return w.format == WeightFormat::kInt8 || w.format == WeightFormat::kInt4; }
+bool is_integer(const WeightMatrix& w) {
+  return w.format == WeightFormat::kInt8 || w.format == WeightFormat::kInt4 || w.format == WeightFormat::kInt6;
+}
 
 std::atomic<bool> bf16_products{false};
 std::atomic<uint64_t> streamed_weight_bytes{0};

@@ -34,8 +34,8 @@ struct IntegerWeight {
   const uint16_t* scales;  // fp16, panel-major (kernels/quantize.h)
   int64_t rows, prows, cols, group, blocks;
   int64_t panel_bytes;  // bytes of one 16-row panel
-  bool int4;
-  int32_t offset;  // the value stored for zero: 128 (int8) or 8 (int4)
+  int bits;             // 8, 6 or 4 (kernels/quantize.h)
+  int32_t offset;       // the value stored for zero: 128 (int8), 32 (int6) or 8 (int4)
   // int4: per (token, block) of this call's activations, offset · Σx · scale, what the
   // stored zero adds to a block's product in real units (matmul_integer_group); the AVX2
   // tiles read it, the others remove the offset in integers.
@@ -63,9 +63,9 @@ IntegerWeight describe(const WeightMatrix& w) {
   iw.cols = w.cols;
   iw.group = w.group;
   iw.blocks = w.cols / w.group;
-  iw.int4 = w.format == WeightFormat::kInt4;
-  iw.panel_bytes = kQuantPanelRows * w.cols / (iw.int4 ? 2 : 1);
-  iw.offset = iw.int4 ? 8 : 128;
+  iw.bits = w.format == WeightFormat::kInt4 ? 4 : w.format == WeightFormat::kInt6 ? 6 : 8;
+  iw.panel_bytes = kQuantPanelRows * w.cols * iw.bits / 8;
+  iw.offset = 1 << (iw.bits - 1);
   return iw;
 }
 
@@ -79,7 +79,18 @@ void panel_token_portable(const IntegerWeight& w, int64_t panel, const int8_t* x
   float total[kQuantPanelRows] = {};
   for (int64_t b = 0; b < w.blocks; ++b) {
     int32_t lanes[kLineBytes] = {};
-    if (w.int4) {
+    if (w.bits == 6) {
+      for (int64_t u = b * w.group / 16; u < (b + 1) * w.group / 16; ++u) {
+        const uint8_t* low = base + u * 3 * kLineBytes;  // then the second low line, the high bits
+        for (int i = 0; i < kLineBytes; ++i) {
+          const int high = low[2 * kLineBytes + i];
+          const int8_t* xu = x + 16 * u + i % 4;
+          lanes[i] += ((low[i] & 15) | (high & 3) << 4) * xu[0] + ((low[i] >> 4) | (high >> 2 & 3) << 4) * xu[4] +
+                      ((low[kLineBytes + i] & 15) | (high >> 4 & 3) << 4) * xu[8] +
+                      ((low[kLineBytes + i] >> 4) | (high >> 6) << 4) * xu[12];
+        }
+      }
+    } else if (w.bits == 4) {
       for (int64_t q = b * w.group / 8; q < (b + 1) * w.group / 8; ++q) {
         const uint8_t* line = base + q * kLineBytes;
         for (int i = 0; i < kLineBytes; ++i)
@@ -132,7 +143,25 @@ ERNIE_VNNI_TARGET inline __m512i dpbusd(__m512i acc, __m512i weights, __m512i x)
 // accumulator, so one accumulator per (token, panel) is a chain of 32 dependent
 // instructions per block: small tiles (decode) spread each sum over kChains
 // accumulators added at the block's end, which changes nothing (integer sums are exact).
-template <int MR, int NR, bool kInt4>
+// (a & mask) | b in one instruction.
+ERNIE_VNNI_TARGET inline __m512i masked_or(__m512i a, __m512i mask, __m512i b) {
+  return _mm512_ternarylogic_epi32(a, mask, b, 0xEA);
+}
+
+// The 4 lines of byte codes (inputs k..k+3, k+4.., k+8.., k+12..) of the int6 unit at
+// `unit` (three 64-byte lines, kernels/quantize.h).
+ERNIE_VNNI_TARGET inline void int6_codes(const uint8_t* unit, __m512i codes[4]) {
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f), high_pair = _mm512_set1_epi8(0x30);
+  const __m512i first = _mm512_loadu_si512(unit), second = _mm512_loadu_si512(unit + kLineBytes);
+  const __m512i high = _mm512_loadu_si512(unit + 2 * kLineBytes);
+  // 16-bit shifts move bits across the bytes of a word; the masks keep each byte's own.
+  codes[0] = masked_or(first, low_nibbles, _mm512_and_si512(_mm512_slli_epi16(high, 4), high_pair));
+  codes[1] = masked_or(_mm512_srli_epi16(first, 4), low_nibbles, _mm512_and_si512(_mm512_slli_epi16(high, 2), high_pair));
+  codes[2] = masked_or(second, low_nibbles, _mm512_and_si512(high, high_pair));
+  codes[3] = masked_or(_mm512_srli_epi16(second, 4), low_nibbles, _mm512_and_si512(_mm512_srli_epi16(high, 2), high_pair));
+}
+
+template <int MR, int NR, int kBits>
 ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0, int64_t p0,
                                         float* y) {
   constexpr int kChains = MR * NR >= 4 ? 1 : MR * NR >= 2 ? 2 : 4;
@@ -144,8 +173,9 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
   const uint8_t* panel[NR];
   for (int j = 0; j < NR; ++j) panel[j] = w.data + (p0 + j) * w.panel_bytes;
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+  constexpr bool kInt4 = kBits == 4;
 
-  const int64_t lines_per_block = kInt4 ? w.group / 8 : w.group / 4;
+  const int64_t lines_per_block = w.group * kBits / 32;
   for (int64_t b = 0; b < w.blocks; ++b) {
     if constexpr (MR == 1)  // as the values are prefetched: every panel of the tile
       for (int j = 0; j < NR; ++j) _mm_prefetch(w.scales_ahead(p0 + j, b, lines_per_block), _MM_HINT_NTA);
@@ -159,32 +189,53 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
         for (int c = 1; c < kChains; ++c) sum[c][t][j] = _mm512_setzero_si512();
       }
     }
-    // Lines of the block, kChains at a time.
-    for (int64_t q0 = b * lines_per_block; q0 < (b + 1) * lines_per_block; q0 += kChains) {
-      for (int c = 0; c < kChains; ++c) {
-        const int64_t q = q0 + c;
-        __m512i lo[NR], hi[NR];
+    if constexpr (kBits == 6) {
+      // Units of 16 inputs: 4 lines of codes from 3 of storage, one chain each.
+      for (int64_t u = b * w.group / 16; u < (b + 1) * w.group / 16; ++u) {
+        __m512i codes[NR][4];
         for (int j = 0; j < NR; ++j) {
-          if constexpr (MR == 1) _mm_prefetch(reinterpret_cast<const char*>(panel[j] + q * kLineBytes + kPrefetchBytes), _MM_HINT_NTA);
-          const __m512i line = _mm512_loadu_si512(panel[j] + q * kLineBytes);
-          lo[j] = kInt4 ? _mm512_and_si512(line, low_nibbles) : line;
-          if constexpr (kInt4) hi[j] = _mm512_and_si512(_mm512_srli_epi16(line, 4), low_nibbles);
+          const uint8_t* unit = panel[j] + u * 3 * kLineBytes;
+          if constexpr (MR == 1)
+            for (int l = 0; l < 3; ++l)
+              _mm_prefetch(reinterpret_cast<const char*>(unit + l * kLineBytes + kPrefetchBytes), _MM_HINT_NTA);
+          int6_codes(unit, codes[j]);
         }
-        for (int t = 0; t < MR; ++t) {
-          if constexpr (kInt4) {
-            int32_t first, second;
-            std::memcpy(&first, xrow[t] + 8 * q, 4);
-            std::memcpy(&second, xrow[t] + 8 * q + 4, 4);
-            const __m512i xa = _mm512_set1_epi32(first), xb = _mm512_set1_epi32(second);
-            for (int j = 0; j < NR; ++j) {
-              sum[c][t][j] = dpbusd(sum[c][t][j], lo[j], xa);
-              sum[c][t][j] = dpbusd(sum[c][t][j], hi[j], xb);
-            }
-          } else {
+        for (int t = 0; t < MR; ++t)
+          for (int v = 0; v < 4; ++v) {
             int32_t four;
-            std::memcpy(&four, xrow[t] + 4 * q, 4);
+            std::memcpy(&four, xrow[t] + 16 * u + 4 * v, 4);
             const __m512i xv = _mm512_set1_epi32(four);
-            for (int j = 0; j < NR; ++j) sum[c][t][j] = dpbusd(sum[c][t][j], lo[j], xv);
+            for (int j = 0; j < NR; ++j) sum[v % kChains][t][j] = dpbusd(sum[v % kChains][t][j], codes[j][v], xv);
+          }
+      }
+    } else {
+      // Lines of the block, kChains at a time.
+      for (int64_t q0 = b * lines_per_block; q0 < (b + 1) * lines_per_block; q0 += kChains) {
+        for (int c = 0; c < kChains; ++c) {
+          const int64_t q = q0 + c;
+          __m512i lo[NR], hi[NR];
+          for (int j = 0; j < NR; ++j) {
+            if constexpr (MR == 1) _mm_prefetch(reinterpret_cast<const char*>(panel[j] + q * kLineBytes + kPrefetchBytes), _MM_HINT_NTA);
+            const __m512i line = _mm512_loadu_si512(panel[j] + q * kLineBytes);
+            lo[j] = kInt4 ? _mm512_and_si512(line, low_nibbles) : line;
+            if constexpr (kInt4) hi[j] = _mm512_and_si512(_mm512_srli_epi16(line, 4), low_nibbles);
+          }
+          for (int t = 0; t < MR; ++t) {
+            if constexpr (kInt4) {
+              int32_t first, second;
+              std::memcpy(&first, xrow[t] + 8 * q, 4);
+              std::memcpy(&second, xrow[t] + 8 * q + 4, 4);
+              const __m512i xa = _mm512_set1_epi32(first), xb = _mm512_set1_epi32(second);
+              for (int j = 0; j < NR; ++j) {
+                sum[c][t][j] = dpbusd(sum[c][t][j], lo[j], xa);
+                sum[c][t][j] = dpbusd(sum[c][t][j], hi[j], xb);
+              }
+            } else {
+              int32_t four;
+              std::memcpy(&four, xrow[t] + 4 * q, 4);
+              const __m512i xv = _mm512_set1_epi32(four);
+              for (int j = 0; j < NR; ++j) sum[c][t][j] = dpbusd(sum[c][t][j], lo[j], xv);
+            }
           }
         }
       }
@@ -212,8 +263,9 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
 template <int MR, int NR>
 ERNIE_VNNI_TARGET inline void vnni_tile_format(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0,
                                                int64_t p0, float* y) {
-  if (w.int4) vnni_tile<MR, NR, true>(x, w, t0, p0, y);
-  else vnni_tile<MR, NR, false>(x, w, t0, p0, y);
+  if (w.bits == 4) vnni_tile<MR, NR, 4>(x, w, t0, p0, y);
+  else if (w.bits == 6) vnni_tile<MR, NR, 6>(x, w, t0, p0, y);
+  else vnni_tile<MR, NR, 8>(x, w, t0, p0, y);
 }
 
 template <int MR>
@@ -266,13 +318,33 @@ ERNIE_VNNI_TARGET void panels_vnni(const QuantizedActivations& x, const IntegerW
 //    (8 vpmaddubsw of at most 2 * 15 * 127 each: 30480 < 32767) before one vpmaddwd
 //    widens them: a quarter of int8's widening work per product. The codes carry 8 * Σx
 //    per block, removed in the float epilogue.
-template <int MR, int NH, bool kInt4>
+//  - int6 codes (0..63) are rebuilt from their unit's three lines; two vpmaddubsw (at most
+//    2 * 2 * 63 * 127 = 32004) fit 16 bits before each vpmaddwd, and the sums start at
+//    -32 * Σx so they come out exact.
+// The int6 unit's 4 lines of byte codes (as int6_codes above), for the 8 rows of the
+// 32-byte half at `half` of its three lines.
+ERNIE_AVX2_TARGET inline void int6_codes_half(const uint8_t* half, __m256i codes[4]) {
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0f), high_pair = _mm256_set1_epi8(0x30);
+  const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half));
+  const __m256i second = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half + kLineBytes));
+  const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half + 2 * kLineBytes));
+  codes[0] = _mm256_or_si256(_mm256_and_si256(first, low_nibbles), _mm256_and_si256(_mm256_slli_epi16(high, 4), high_pair));
+  codes[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(first, 4), low_nibbles),
+                             _mm256_and_si256(_mm256_slli_epi16(high, 2), high_pair));
+  codes[2] = _mm256_or_si256(_mm256_and_si256(second, low_nibbles), _mm256_and_si256(high, high_pair));
+  codes[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(second, 4), low_nibbles),
+                             _mm256_and_si256(_mm256_srli_epi16(high, 2), high_pair));
+}
+
+template <int MR, int NH, int kBits>
 ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0, int64_t p,
                                         int h0, float* y) {
   // Blocks of kIntegerGroup inputs (panels_avx2 takes no other size): 4 int4 lines, whose
   // 8 vpmaddubsw fit a 16-bit sum, or 8 int8 lines.
-  constexpr int64_t kLines = kInt4 ? kIntegerGroup / 8 : kIntegerGroup / 4;
+  constexpr bool kInt4 = kBits == 4;
+  constexpr int64_t kLines = kIntegerGroup * kBits / 32;
   static_assert(!kInt4 || 2 * kLines * 2 * 15 * 127 <= 32767, "int4 16-bit block sums must not saturate");
+  static_assert(2 * 2 * 63 * 127 <= 32767, "int6 pairs of vpmaddubsw must not saturate");
   __m256 total[MR][NH];
   for (int t = 0; t < MR; ++t)
     for (int h = 0; h < NH; ++h) total[t][h] = _mm256_setzero_ps();
@@ -289,9 +361,34 @@ ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const Int
   for (int64_t b = 0; b < w.blocks; ++b) {
     if constexpr (NH == 2) _mm_prefetch(w.scales_ahead(p, b, kLines), _MM_HINT_T0);
     __m256i sum[MR][NH];
-    for (int t = 0; t < MR; ++t)
-      for (int h = 0; h < NH; ++h) sum[t][h] = _mm256_setzero_si256();
-    if constexpr (kInt4) {
+    for (int t = 0; t < MR; ++t) {
+      const __m256i start = kBits == 6 ? _mm256_set1_epi32(-w.offset * x.sums[static_cast<size_t>((t0 + t) * w.blocks + b)])
+                                       : _mm256_setzero_si256();
+      for (int h = 0; h < NH; ++h) sum[t][h] = start;
+    }
+    if constexpr (kBits == 6) {
+      for (int64_t u = 0; u < kIntegerGroup / 16; ++u, line += 3 * kLineBytes) {
+        if constexpr (NH == 2)
+          for (int l = 0; l < 3; ++l)
+            _mm_prefetch(reinterpret_cast<const char*>(line + l * kLineBytes + kPrefetchBytes), _MM_HINT_T0);
+        __m256i codes[NH][4];
+        for (int h = 0; h < NH; ++h) int6_codes_half(line + 32 * h, codes[h]);
+        const int64_t k = 16 * (b * (kIntegerGroup / 16) + u);
+        for (int t = 0; t < MR; ++t) {
+          __m256i xv[4];
+          for (int v = 0; v < 4; ++v) {
+            int32_t four;
+            std::memcpy(&four, xrow[t] + k + 4 * v, 4);
+            xv[v] = _mm256_set1_epi32(four);
+          }
+          for (int h = 0; h < NH; ++h) {
+            const __m256i front = _mm256_add_epi16(_mm256_maddubs_epi16(codes[h][0], xv[0]), _mm256_maddubs_epi16(codes[h][1], xv[1]));
+            const __m256i back = _mm256_add_epi16(_mm256_maddubs_epi16(codes[h][2], xv[2]), _mm256_maddubs_epi16(codes[h][3], xv[3]));
+            sum[t][h] = _mm256_add_epi32(sum[t][h], _mm256_add_epi32(_mm256_madd_epi16(front, ones), _mm256_madd_epi16(back, ones)));
+          }
+        }
+      }
+    } else if constexpr (kInt4) {
       const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
 #pragma GCC unroll 2
       for (int64_t i = 0; i < kLines; ++i, line += kLineBytes) {
@@ -375,8 +472,9 @@ ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const Int
 template <int MR, int NH>
 ERNIE_AVX2_TARGET inline void avx2_tile_format(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0,
                                                int64_t p, int h0, float* y) {
-  if (w.int4) avx2_tile<MR, NH, true>(x, w, t0, p, h0, y);
-  else avx2_tile<MR, NH, false>(x, w, t0, p, h0, y);
+  if (w.bits == 4) avx2_tile<MR, NH, 4>(x, w, t0, p, h0, y);
+  else if (w.bits == 6) avx2_tile<MR, NH, 6>(x, w, t0, p, h0, y);
+  else avx2_tile<MR, NH, 8>(x, w, t0, p, h0, y);
 }
 
 // Few tokens: whole panels (both halves), one sequential stream per thread. Many tokens:
@@ -477,7 +575,7 @@ void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::
   const float* offsets = nullptr;  // the same for every int4 weight of the group
   for (size_t i = 0; i < ws.size(); ++i) {
     described[i] = describe(*ws[i]);
-    if (described[i].int4 && wants_int4_offsets) {
+    if (described[i].bits == 4 && wants_int4_offsets) {
       if (offsets == nullptr) offsets = int4_offsets(x, described[i].offset);
       described[i].int4_offsets = offsets;
     }

@@ -1,4 +1,4 @@
-// Products of int8-quantized activations with kInt8 / kInt4 weights (layouts in
+// Products of int8-quantized activations with kInt8 / kInt4 / kInt6 weights (layouts in
 // kernels/quantize.h): y[t][r] = Σ_b xs[t][b] · ws[b][r] · Σ_{k in b} x8[t][k] · w[r][k].
 // The integer sums are exact, so the VNNI path, the portable path and the reference
 // agree up to the float rounding of the per-block epilogue.

@@ -141,12 +141,13 @@ WeightMatrix quantize_int8(const WeightMatrix& dense, int32_t group) {
   return quantized_matrix(dense, WeightFormat::kInt8, group, owned);
 }
 
-// The int4 scale of one block of 32 weights that minimises the squared error, as
-// llama.cpp's k-quants choose theirs: for each trial grid (the extreme value mapped to
-// -8 · f for a few f around 1) round every weight to its code q in [-8, 7], then take the
-// least-squares scale Σwq / Σq² for those codes; keep the trial whose fit leaves the
-// least error Σw² - (Σwq)² / Σq². Absmax alone (f = 1, Q4_0's choice) wastes part of
-// the range on one outlier.
+// The scale of one block of 32 weights for a signed integer grid [-kLowest, kLowest - 1]
+// (int4: 8, int6: 32) that minimises the squared error, as llama.cpp's k-quants choose
+// theirs: for each trial grid (the extreme value mapped to -kLowest · f for f from 0.875
+// to 1.125 in steps of 0.025) round every weight to its code, then take the least-squares
+// scale Σwq / Σq² for those codes; keep the trial whose fit leaves the least error
+// Σw² - (Σwq)² / Σq². Absmax alone (f = 1, Q4_0's choice) wastes part of the range on
+// one outlier.
 //
 // Written with GCC vector extensions of 8 floats, which every clone compiles to the
 // same IEEE operations in the same order (no fused multiply-adds, a fixed reduction
@@ -155,11 +156,13 @@ WeightMatrix quantize_int8(const WeightMatrix& dense, int32_t group) {
 using Floats8 = float __attribute__((vector_size(32)));
 
 // The codes of 8 weights at one trial's inverse scale: rounded to nearest even, clamped
-// to [-8, 7] (NaN passes through). Vectors go by reference: by value, their calling
-// convention would differ between the clones.
-__attribute__((always_inline, optimize("fp-contract=off"))) inline void int4_codes(const Floats8& v, float inverse,
+// to [-kLowest, kLowest - 1] (NaN passes through). Vectors go by reference: by value,
+// their calling convention would differ between the clones.
+template <int kLowest>
+__attribute__((always_inline, optimize("fp-contract=off"))) inline void grid_codes(const Floats8& v, float inverse,
                                                                                   Floats8& q) {
-  const Floats8 magic = Floats8{} + kRoundingMagic, top = Floats8{} + 7.0f, bottom = Floats8{} - 8.0f;
+  const Floats8 magic = Floats8{} + kRoundingMagic, top = Floats8{} + static_cast<float>(kLowest - 1),
+                bottom = Floats8{} - static_cast<float>(kLowest);
   q = (v * inverse + magic) - magic;
   q = q > top ? top : q;
   q = q < bottom ? bottom : q;
@@ -171,8 +174,8 @@ __attribute__((always_inline, optimize("fp-contract=off"))) inline float lane_su
   return a + b;
 }
 
-ERNIE_CLONE_FOR_ISAS __attribute__((optimize("fp-contract=off")))
-float int4_block_scale(const float* w) {
+template <int kLowest>
+__attribute__((always_inline, optimize("fp-contract=off"))) inline float least_squares_block_scale(const float* w) {
   Floats8 v[4];  // the block's 32 weights
   std::memcpy(v, w, sizeof v);
   // The value of largest magnitude (the positive one on a tie).
@@ -188,13 +191,14 @@ float int4_block_scale(const float* w) {
   }
   const float extreme = high >= -low ? high : low;
   if (extreme == 0.0f) return 0.0f;
-  float best_scale = extreme / -8.0f, best_fit = -1.0f;
+  constexpr float kLevels = static_cast<float>(kLowest), kTrialStep = kLevels / 40.0f;  // f steps of 0.025
+  float best_scale = extreme / -kLevels, best_fit = -1.0f;
   for (int trial = -5; trial <= 5; ++trial) {
-    const float inverse = -(8.0f + 0.2f * static_cast<float>(trial)) / extreme;
+    const float inverse = -(kLevels + kTrialStep * static_cast<float>(trial)) / extreme;
     Floats8 wq{}, qq{};
     for (int i = 0; i < 4; ++i) {
       Floats8 q;
-      int4_codes(v[i], inverse, q);
+      grid_codes<kLowest>(v[i], inverse, q);
       wq += v[i] * q;
       qq += q * q;
     }
@@ -206,6 +210,12 @@ float int4_block_scale(const float* w) {
   }
   return best_scale;
 }
+
+ERNIE_CLONE_FOR_ISAS __attribute__((optimize("fp-contract=off")))
+float int4_block_scale(const float* w) { return least_squares_block_scale<8>(w); }
+
+ERNIE_CLONE_FOR_ISAS __attribute__((optimize("fp-contract=off")))
+float int6_block_scale(const float* w) { return least_squares_block_scale<32>(w); }
 
 // Row r's offset codes (level + 8, one per input) into its panel's 64-byte lines.
 void pack_int4_row(const OwnedBytes& owned, int64_t r, int64_t cols, const uint8_t* codes) {
@@ -246,6 +256,47 @@ WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
   return quantized_matrix(dense, WeightFormat::kInt4, group, owned);
 }
 
+// Row r's offset codes (level + 32, 0..63) into its panel's units of 16 inputs, three
+// 64-byte lines each (layout in kernels/quantize.h).
+void pack_int6_row(uint8_t* data, int64_t r, int64_t cols, const uint8_t* codes) {
+  uint8_t* panel = data + (r / kQuantPanelRows) * kQuantPanelRows * cols * 3 / 4;
+  const int64_t lane = r % kQuantPanelRows;
+  for (int64_t u = 0; u < cols / 16; ++u) {
+    uint8_t* unit = panel + u * 3 * 64;
+    const uint8_t* c = codes + 16 * u;
+    for (int64_t j = 0; j < 4; ++j) {
+      const int64_t at = lane * 4 + j;
+      unit[at] = static_cast<uint8_t>((c[j] & 15) | (c[4 + j] & 15) << 4);
+      unit[64 + at] = static_cast<uint8_t>((c[8 + j] & 15) | (c[12 + j] & 15) << 4);
+      unit[128 + at] =
+          static_cast<uint8_t>((c[j] >> 4) | (c[4 + j] >> 4) << 2 | (c[8 + j] >> 4) << 4 | (c[12 + j] >> 4) << 6);
+    }
+  }
+}
+
+WeightMatrix quantize_int6(const WeightMatrix& dense, int32_t group) {
+  if (group != kIntegerGroup) fail("int6 blocks are ", kIntegerGroup, " inputs, not ", group);
+  const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
+  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols * 3 / 4), static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
+  auto* scales = reinterpret_cast<uint16_t*>(owned.scales);
+  // Padding rows hold the stored zero (code 32) so they add nothing; their scales stay 0.
+  std::memset(owned.scales, 0, static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
+  std::vector<uint8_t> codes(static_cast<size_t>(cols), 32);
+  for (int64_t r = rows; r < prows; ++r) pack_int6_row(owned.data, r, cols, codes.data());
+  RowReader read(dense);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* w = read(r);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const BlockScale scale = store_scale(int6_block_scale(w + b * group));
+      for (int64_t k = b * group; k < (b + 1) * group; ++k)
+        codes[static_cast<size_t>(k)] = static_cast<uint8_t>(round_clamp(w[k] * scale.inverse, -32, 31) + 32);
+      scales[scale_index(r, b, blocks)] = scale.stored;
+    }
+    pack_int6_row(owned.data, r, cols, codes.data());
+  }
+  return quantized_matrix(dense, WeightFormat::kInt6, group, owned);
+}
+
 WeightMatrix quantize_fp8(const WeightMatrix& dense) {
   const int64_t rows = dense.rows, cols = dense.cols;
   const int64_t row_blocks = ceil_div(rows, kFp8Block), col_blocks = ceil_div(cols, kFp8Block);
@@ -275,6 +326,7 @@ WeightMatrix quantize_fp8(const WeightMatrix& dense) {
 std::optional<WeightFormat> parse_weight_format(std::string_view name) {
   if (name == "wint8") return WeightFormat::kInt8;
   if (name == "wint4") return WeightFormat::kInt4;
+  if (name == "int6") return WeightFormat::kInt6;
   if (name == "block_wise_fp8") return WeightFormat::kFp8;
   if (name == "bf16" || name == "none" || name.empty()) return WeightFormat::kDense;
   return std::nullopt;
@@ -285,6 +337,7 @@ const char* weight_format_name(WeightFormat format) {
     case WeightFormat::kDense: return "bf16";
     case WeightFormat::kInt8: return "wint8";
     case WeightFormat::kInt4: return "wint4";
+    case WeightFormat::kInt6: return "int6";
     case WeightFormat::kFp8: return "block_wise_fp8";
     case WeightFormat::kWint2: return "wint2";
     case WeightFormat::kBf16Packed: return "bf16 (packed for bf16 products)";
@@ -298,7 +351,8 @@ bool can_quantize(const WeightMatrix& dense, WeightFormat format) {
   // A packed bf16 matrix holds the same values as its dense form (unpacked on the way).
   const bool float_source = dense.dense() || dense.format == WeightFormat::kBf16Packed;
   if (!float_source || format == WeightFormat::kWint2) return false;  // WINT2 is made offline only
-  if (format == WeightFormat::kInt8 || format == WeightFormat::kInt4) return integer_group_size(dense.cols) > 0;
+  if (format == WeightFormat::kInt8 || format == WeightFormat::kInt4 || format == WeightFormat::kInt6)
+    return integer_group_size(dense.cols) > 0;
   if (format == WeightFormat::kBf16Packed) return can_pack_bf16(dense);
   return true;
 }
@@ -327,6 +381,7 @@ WeightMatrix quantize_weight(const WeightMatrix& dense, WeightFormat format) {
     case WeightFormat::kDense: return dense;
     case WeightFormat::kInt8: return quantize_int8(dense, integer_group_size(dense.cols));
     case WeightFormat::kInt4: return quantize_int4(dense, integer_group_size(dense.cols));
+    case WeightFormat::kInt6: return quantize_int6(dense, integer_group_size(dense.cols));
     case WeightFormat::kFp8: return quantize_fp8(dense);
     case WeightFormat::kBf16Packed: return pack_bf16_weight(dense);
     case WeightFormat::kWint2: break;  // refused by can_quantize
@@ -405,6 +460,12 @@ std::vector<float> dequantize_weight(const WeightMatrix& m) {
         const uint8_t byte = panel[(k / 8) * 64 + lane * 4 + k % 4];
         const int code = (k % 8) < 4 ? (byte & 0xf) : (byte >> 4);
         value = static_cast<float>(code - 8) * f16_to_f32(m.integer_scales()[scale_index(r, k / m.group, cols / m.group)]);
+      } else if (m.format == WeightFormat::kInt6) {
+        const uint8_t* unit = bytes + (r / kQuantPanelRows) * kQuantPanelRows * cols * 3 / 4 + (k / 16) * 3 * 64;
+        const int64_t quarter = (k % 16) / 4, at = lane * 4 + k % 4;  // which 4 inputs of the unit
+        const uint8_t low = unit[(quarter / 2) * 64 + at];
+        const int code = ((quarter % 2 == 0) ? (low & 0xf) : (low >> 4)) | ((unit[128 + at] >> (2 * quarter)) & 3) << 4;
+        value = static_cast<float>(code - 32) * f16_to_f32(m.integer_scales()[scale_index(r, k / m.group, cols / m.group)]);
       } else {
         const int64_t col_blocks = ceil_div(cols, kFp8Block);
         value = e4m3_to_f32(bytes[r * cols + k]) * m.fp8_scales()[(r / kFp8Block) * col_blocks + k / kFp8Block];
@@ -421,6 +482,7 @@ uint64_t weight_bytes(const WeightMatrix& m) {
     case WeightFormat::kDense: return elements * dtype_size(m.dtype);
     case WeightFormat::kInt8: return elements + static_cast<uint64_t>(m.cols / m.group * m.rows) * 2;
     case WeightFormat::kInt4: return elements / 2 + static_cast<uint64_t>(m.cols / m.group * m.rows) * 2;
+    case WeightFormat::kInt6: return elements * 3 / 4 + static_cast<uint64_t>(m.cols / m.group * m.rows) * 2;
     case WeightFormat::kFp8:
       return elements + static_cast<uint64_t>(ceil_div(m.rows, kFp8Block) * ceil_div(m.cols, kFp8Block)) * 4;
     case WeightFormat::kWint2: return wint2_bytes(m);
@@ -434,6 +496,7 @@ uint64_t packed_value_bytes(const WeightMatrix& m) {
     case WeightFormat::kDense: return static_cast<uint64_t>(m.rows * m.cols) * dtype_size(m.dtype);
     case WeightFormat::kInt8: return static_cast<uint64_t>(padded_rows(m.rows) * m.cols);
     case WeightFormat::kInt4: return static_cast<uint64_t>(padded_rows(m.rows) * m.cols / 2);
+    case WeightFormat::kInt6: return static_cast<uint64_t>(padded_rows(m.rows) * m.cols * 3 / 4);
     case WeightFormat::kFp8: return static_cast<uint64_t>(m.rows * m.cols);
     case WeightFormat::kWint2: return static_cast<uint64_t>(m.rows * m.cols / 4);
     case WeightFormat::kBf16Packed: return packed_bf16_bytes(m.rows, m.cols);
@@ -446,7 +509,8 @@ uint64_t packed_scale_bytes(const WeightMatrix& m) {
     case WeightFormat::kDense:
     case WeightFormat::kBf16Packed: return 0;
     case WeightFormat::kInt8:
-    case WeightFormat::kInt4: return static_cast<uint64_t>(m.cols / m.group * padded_rows(m.rows)) * sizeof(uint16_t);
+    case WeightFormat::kInt4:
+    case WeightFormat::kInt6: return static_cast<uint64_t>(m.cols / m.group * padded_rows(m.rows)) * sizeof(uint16_t);
     case WeightFormat::kWint2: return wint2_bytes(m) - packed_value_bytes(m);
     case WeightFormat::kFp8:
       return static_cast<uint64_t>(ceil_div(m.rows, kFp8Block) * ceil_div(m.cols, kFp8Block)) * sizeof(float);

@@ -1,18 +1,24 @@
 // Weight quantization at load time (FastDeploy's wint8, wint4, block_wise_fp8) and the
 // matching activation quantization done on the fly by the kernels.
 //
-// Integer formats (kInt8, kInt4) are laid out for 4-byte integer dot products
+// Integer formats (kInt8, kInt4, kInt6) are laid out for 4-byte integer dot products
 // (AVX-512 VNNI vpdpbusd, or its portable equivalent): output rows are grouped into
 // panels of kQuantPanelRows, and within a panel each 64-byte line holds, for 4 consecutive
 // inputs (int8) or 2 x 4 (int4, low and high nibble), the values of all 16 rows:
 //   int8 line q of panel p: byte 4r + j = w[16p + r][4q + j] + 128           (u8)
 //   int4 line q of panel p: byte 4r + j = (w[16p+r][8q+j] + 8) | (w[16p+r][8q+4+j] + 8) << 4
+//   int6 (the LM head under the 4-bit names) comes in units of 16 inputs, three lines
+//   each: with c = w + 32 (0..63) and k = 16u, unit u of panel p holds
+//     line 0, byte 4r + j = c[k+j] & 15 | (c[k+4+j] & 15) << 4
+//     line 1, byte 4r + j = c[k+8+j] & 15 | (c[k+12+j] & 15) << 4
+//     line 2, byte 4r + j = c[k+j] >> 4 | (c[k+4+j] >> 4) << 2 | (c[k+8+j] >> 4) << 4 | (c[k+12+j] >> 4) << 6
+//   (row 16p + r), so the kernels rebuild 4 lines of byte codes from 3 with masks and shifts.
 // Values are stored with an offset so they are unsigned; the kernels remove the offset
 // with the activations' block sums. Each row has one scale per block of kIntegerGroup
 // (32) inputs, as llama.cpp's Q8_0 / Q4_0 do, stored as fp16 and panel-major: the 16
 // scales of panel p, block b are at [(p * blocks + b) * 16 .. + 16), so a panel's
 // scales are one short sequential run read beside its values. int8 scales are the
-// block's max|w| / 127; int4 scales minimise the block's squared error.
+// block's max|w| / 127; int4 and int6 scales minimise the block's squared error.
 // Activations are quantized per token and per block of `group` inputs to int8 with
 // scale max|x| / 127, so every integer sum is exact and every ISA path computes the
 // same numbers up to the final float rounding.
@@ -35,7 +41,8 @@ constexpr int64_t kQuantPanelRows = 16;
 constexpr int64_t kIntegerGroup = 32;
 constexpr int64_t kFp8Block = 128;
 
-// Parses "wint8", "wint4", "block_wise_fp8" (and "bf16"/"none" as kDense); nullopt otherwise.
+// Parses "wint8", "wint4", "block_wise_fp8", "int6" (and "bf16"/"none" as kDense); nullopt
+// otherwise. "int6" names the head's format in caches; --quantization refuses it.
 std::optional<WeightFormat> parse_weight_format(std::string_view name);
 const char* weight_format_name(WeightFormat format);
 

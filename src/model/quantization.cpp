@@ -23,6 +23,8 @@ constexpr const char* kAccepted =
 
 WeightFormat weight_format_or_fail(std::string_view name, std::string_view what) {
   const std::optional<WeightFormat> format = parse_weight_format(name);
+  if (format == WeightFormat::kInt6)
+    fail(what, " \"int6\" is the LM head's format under the 4-bit names, not a quantization of its own; use ", kAccepted);
   if (format) return *format;
   static constexpr std::string_view kFastDeployOnly[] = {"wint2",      "weight_only",     "w4afp8", "w8a8",
                                                          "w4a8",       "wfp8afp8",        "kvcache",
@@ -50,16 +52,19 @@ std::string string_field(const nlohmann::json& object, const char* key) {
   return object[key].get<std::string>();
 }
 
-// The LM head follows the dense layers: int8 under the integer formats, FP8 under FP8.
-WeightFormat head_format(WeightFormat dense, bool quantize_head) {
-  if (!quantize_head || dense == WeightFormat::kDense) return WeightFormat::kDense;
-  return dense == WeightFormat::kFp8 ? WeightFormat::kFp8 : WeightFormat::kInt8;
+// The LM head follows the width the value names: int8 under wint8, int6 under wint4 (as
+// llama.cpp's 4-bit files keep their output matrix in Q6_K), FP8 under FP8.
+WeightFormat head_format(WeightFormat named, HeadRule rule) {
+  if (rule == HeadRule::kBf16 || named == WeightFormat::kDense) return WeightFormat::kDense;
+  if (named == WeightFormat::kFp8) return WeightFormat::kFp8;
+  if (rule == HeadRule::kInt8) return WeightFormat::kInt8;
+  return named == WeightFormat::kInt4 ? WeightFormat::kInt6 : WeightFormat::kInt8;
 }
 
-QuantizationPlan uniform(WeightFormat format, bool quantize_head) {
+QuantizationPlan uniform(WeightFormat format, HeadRule head) {
   QuantizationPlan plan;
   plan.dense = plan.experts = format;
-  plan.head = head_format(format, quantize_head);
+  plan.head = head_format(format, head);
   return plan;
 }
 
@@ -77,7 +82,7 @@ std::string QuantizationPlan::describe() const {
                  ", KV cache ", kv_storage_name(kv_cache));
 }
 
-QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& config, bool quantize_head) {
+QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& config, HeadRule head) {
   if (value.empty() || value == "none" || value == "bf16") return {};
   if (value.front() == '{') {
     nlohmann::json object;
@@ -94,7 +99,7 @@ QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& c
              "\"; mix_quant takes quantization, dense_quant_type, moe_quant_type and kv_cache_quant_type");
     const std::string scheme = string_field(object, "quantization");
     if (!scheme.empty() && scheme != "mix_quant") {
-      QuantizationPlan plan = uniform(weight_format_or_fail(scheme, "--quantization"), quantize_head);
+      QuantizationPlan plan = uniform(weight_format_or_fail(scheme, "--quantization"), head);
       plan.kv_cache_named = kv_storage_or_fail(string_field(object, "kv_cache_quant_type"));
       plan.kv_cache = plan.kv_cache_named.value_or(plan.kv_cache);
       return plan;
@@ -103,13 +108,13 @@ QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& c
     plan.dense = weight_format_or_fail(string_field(object, "dense_quant_type"), "dense_quant_type");
     const std::string moe = string_field(object, "moe_quant_type");
     plan.experts = moe.empty() ? plan.dense : weight_format_or_fail(moe, "moe_quant_type");
-    plan.head = head_format(plan.dense, quantize_head);
+    plan.head = head_format(plan.dense, head);
     plan.kv_cache_named = kv_storage_or_fail(string_field(object, "kv_cache_quant_type"));
     plan.kv_cache = plan.kv_cache_named.value_or(plan.kv_cache);
     return plan;
   }
   const WeightFormat format = weight_format_or_fail(value, "--quantization");
-  QuantizationPlan plan = uniform(format, quantize_head);
+  QuantizationPlan plan = uniform(format, head);
   // FastDeploy rewrites wint4 on ERNIE MoE models to dense wint8 + experts wint4.
   if (format == WeightFormat::kInt4 && config.moe) plan.dense = WeightFormat::kInt8;
   return plan;

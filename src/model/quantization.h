@@ -9,8 +9,10 @@
 //    "kv_cache_quant_type":"int8"}   per-part choice, FastDeploy's JSON form; the KV cache
 //                   may also be "bfloat16" (the engine's default) or "float32"
 // The embedding stays bf16 and the router fp32. Unlike FastDeploy, the LM head is
-// quantized too (int8, or fp8 under block_wise_fp8): on a CPU decode streams it every
-// token and it is a third of the 0.3B model; ERNIE_QUANTIZE_LM_HEAD=0 keeps it bf16.
+// quantized too (int8 under wint8, int6 under wint4, fp8 under block_wise_fp8; mix_quant
+// follows dense_quant_type): on a CPU decode streams it every token and it is a third of
+// the 0.3B model, half of the scaled 21B shape's bytes per token at 4 bits.
+// ERNIE_QUANTIZE_LM_HEAD=0 keeps it bf16, =int8 int8 under every integer name.
 #pragma once
 
 #include <optional>
@@ -42,10 +44,13 @@ struct QuantizationPlan {
   std::string describe() const;
 };
 
+// What ERNIE_QUANTIZE_LM_HEAD asks of the head: "1" (the default) the format above,
+// "0" bf16, "int8" int8 where the rule would give int6.
+enum class HeadRule { kFollow, kBf16, kInt8 };
+
 // Parses the --quantization value (a name or mix_quant JSON) for this model; an empty
-// value means unquantized. `quantize_head` is ERNIE_QUANTIZE_LM_HEAD. Throws
-// ernie::Error naming the accepted values otherwise.
-QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& config, bool quantize_head = true);
+// value means unquantized. Throws ernie::Error naming the accepted values otherwise.
+QuantizationPlan parse_quantization(std::string_view value, const ModelConfig& config, HeadRule head = HeadRule::kFollow);
 
 // Replaces the weights the plan names by quantized copies (in parallel on `pool`).
 // Matrices a format cannot hold (input width not a multiple of 32 for the integer

@@ -24,6 +24,7 @@ enum class WeightFormat : uint8_t {
   // bf16 repacked at load for bf16 products (kernels/matmul_bf16.h), where the CPU has
   // AVX512-BF16: the same values as a kDense bf16 matrix, in the kernel's layout.
   kBf16Packed,
+  kInt6,  // int6, as kInt8: the LM head under the 4-bit names (never a --quantization value)
 };
 
 struct WeightMatrix {
@@ -36,7 +37,7 @@ struct WeightMatrix {
   // stored weights live in that basis). 0: activations are quantized per block.
   float input_absmax = 0.0f;
   int32_t input_hadamard = 0;
-  // Quantized formats: kInt8/kInt4 fp16 (uint16_t bits), kFp8 float; layouts in
+  // Quantized formats: kInt8/kInt4/kInt6 fp16 (uint16_t bits), kFp8 float; layouts in
   // kernels/quantize.h.
   const void* scales = nullptr;
   int64_t rows = 0;  // output features

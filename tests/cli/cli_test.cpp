@@ -191,10 +191,23 @@ TEST(CliBenchTest, QuantizedBenchRunsAndSaysSo) {
   const auto result = run_shell(ernie("bench --model " + testing::golden_model_dir("tiny-moe") +
                                       " --pp 32 --tg 4 --quantization wint4 --json"));
   ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_THAT(result.output, HasSubstr("quantization: dense layers wint8, experts wint4, LM head wint8, KV cache bf16"));
+  EXPECT_THAT(result.output, HasSubstr("quantization: dense layers wint8, experts wint4, LM head int6, KV cache bf16"));
   const nlohmann::json json = last_line_json(result.output);
   EXPECT_EQ(json.at("quantization"), "wint4");
   EXPECT_GT(json.at("tg_tokens_per_s").get<double>(), 0.0);
+}
+
+// ERNIE_QUANTIZE_LM_HEAD picks the head's format; anything else is refused, naming the choices.
+TEST(CliBenchTest, HeadFormatFollowsTheEnvironment) {
+  const std::string bench = "bench --model " + testing::golden_model_dir("tiny-dense") + " --pp 8 --tg 2 --quantization wint4";
+  const auto int8 = run_shell("ERNIE_QUANTIZE_LM_HEAD=int8 " + ernie(bench));
+  ASSERT_EQ(int8.exit_code, 0) << int8.output;
+  EXPECT_THAT(int8.output, HasSubstr("dense layers wint4, experts wint4, LM head wint8,"));
+  const auto bf16 = run_shell("ERNIE_QUANTIZE_LM_HEAD=0 " + ernie(bench));
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  EXPECT_THAT(bf16.output, HasSubstr("LM head bf16,"));
+  expect_one_error_line(run_shell("ERNIE_QUANTIZE_LM_HEAD=int4 " + ernie(bench)),
+                        "ERNIE_QUANTIZE_LM_HEAD must be 1 (the head follows --quantization), 0 (bf16) or int8");
 }
 
 TEST(CliEngineFlagsTest, EnvironmentAndFlagsAreCheckedAndLogged) {

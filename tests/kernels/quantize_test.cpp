@@ -8,6 +8,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/random_operands.h"
+#include "support/test_support.h"
 #include "util/error.h"
 
 namespace ernie {
@@ -63,13 +64,14 @@ float integer_scale(const WeightMatrix& q, int64_t r, int64_t b) {
   return f16_to_f32(q.integer_scales()[((r / kQuantPanelRows) * blocks + b) * kQuantPanelRows + r % kQuantPanelRows]);
 }
 
-// Each stored value is within half a quantization step of the original, except int4
-// values at the ends of the code range [-8, 7]: the error-minimising scale may clip a
-// block's outliers, by at most the 1/8 it shrinks the range (so within 2 steps).
+// Each stored value is within half a quantization step of the original, except int4 and
+// int6 values at the ends of their code ranges ([-8, 7], [-32, 31]): the error-minimising
+// scale may clip a block's outliers, by at most the 1/8 it shrinks the range plus the
+// missing top code (within 2 steps at int4, 5 at int6).
 TEST(QuantizeTest, DequantizedValuesAreWithinHalfAStep) {
   const int64_t rows = 37, cols = 256;
   const OwnedDense dense = random_bf16(rows, cols, 2, 97);
-  for (WeightFormat format : {WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kFp8}) {
+  for (WeightFormat format : {WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kInt6, WeightFormat::kFp8}) {
     const WeightMatrix q = quantize_weight(dense.matrix, format);
     const std::vector<float> back = dequantize_weight(q);
     for (int64_t r = 0; r < rows; ++r) {
@@ -86,6 +88,7 @@ TEST(QuantizeTest, DequantizedValuesAreWithinHalfAStep) {
           step = std::fabs(scale);
           const float code = restored / scale;
           if (format == WeightFormat::kInt4 && (code < -7.5f || code > 6.5f)) step *= 4;
+          if (format == WeightFormat::kInt6 && (code < -31.5f || code > 30.5f)) step *= 10;
         }
         ASSERT_LE(std::fabs(restored - original), step / 2 * 1.0001f + 1e-12f)
             << weight_format_name(format) << " r=" << r << " k=" << k;
@@ -119,6 +122,49 @@ TEST(QuantizeTest, Int4ScalesBeatAbsmaxScales) {
   EXPECT_LT(ours, 0.93 * absmax) << ours / absmax;  // measured 0.88
 }
 
+template <typename T>
+void write_raw(const std::string& path, const T* values, size_t count) {
+  testing::write_file(path, std::string(reinterpret_cast<const char*>(values), count * sizeof(T)));
+}
+
+// The int6 layout against tools/ref_int6_numpy.py, which decodes the packed bytes and
+// scales from the format's description and checks that each code is its weight's
+// rounding at the stored scale and that the scales beat the absmax rule. Rows 37 (not a
+// whole panel, so padding is checked too) by 256, trained-like outliers included.
+TEST(QuantizeTest, Int6MatchesTheNumpyDecoderExactly) {
+  const int64_t rows = 37, cols = 256;
+  const OwnedDense dense = random_bf16(rows, cols, 23, 97);
+  const WeightMatrix q = quantize_weight(dense.matrix, WeightFormat::kInt6);
+  testing::TempDir dir;
+  write_raw(dir.file("original.f32"), dense.values.data(), dense.values.size());
+  write_raw(dir.file("packed.u8"), static_cast<const uint8_t*>(q.data), packed_value_bytes(q));
+  write_raw(dir.file("scales.f16"), q.integer_scales(), packed_scale_bytes(q) / sizeof(uint16_t));
+  const testing::CommandResult run = testing::run_shell(testing::python3() + " " + ERNIE_SOURCE_DIR
+                                                        "/tools/ref_int6_numpy.py " + dir.path() + " 37 256");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::vector<float> reference = testing::read_f32_file(dir.file("dequantized.f32"));
+  const std::vector<float> ours = dequantize_weight(q);
+  ASSERT_EQ(reference.size(), ours.size());
+  int mismatches = 0;
+  for (size_t i = 0; i < ours.size(); ++i) mismatches += ours[i] != reference[i];
+  EXPECT_EQ(mismatches, 0) << "a 6-bit level times an fp16 scale is exact in float";
+}
+
+// int6 sits between int8 and int4 in squared error: about 16 times below int4's (two
+// more bits) and 16 times above int8's, on the same Gaussian weights.
+TEST(QuantizeTest, Int6ErrorLiesBetweenInt8AndInt4) {
+  const int64_t rows = 64, cols = 512;
+  const OwnedDense dense = random_bf16(rows, cols, 31);
+  double error[3] = {};
+  const WeightFormat formats[3] = {WeightFormat::kInt8, WeightFormat::kInt6, WeightFormat::kInt4};
+  for (int f = 0; f < 3; ++f) {
+    const std::vector<float> back = dequantize_weight(quantize_weight(dense.matrix, formats[f]));
+    for (size_t i = 0; i < back.size(); ++i) error[f] += std::pow(back[i] - dense.values[i], 2);
+  }
+  EXPECT_GT(error[1], 4 * error[0]) << error[1] / error[0];
+  EXPECT_LT(error[1], error[2] / 8) << error[2] / error[1];
+}
+
 using Shape = std::tuple<int64_t, int64_t, int64_t>;  // n, rows, cols
 
 class QuantizedMatmulTest : public ::testing::TestWithParam<WeightFormat> {};
@@ -145,7 +191,7 @@ TEST_P(QuantizedMatmulTest, MatchesTheReferenceOnOddShapes) {
 }
 
 // The largest codes against the largest activations: whole blocks of +-1 weights (int8
-// +-127, int4 code 15 or 0) times blocks of +-1 inputs (+-127), where a kernel that sums
+// +-127, int4 code 15 or 0, int6 63 or 0) times blocks of +-1 inputs (+-127), where a kernel that sums
 // in 16 bits (AVX2's vpmaddubsw path) would saturate if it summed too long.
 TEST_P(QuantizedMatmulTest, ExtremeCodesDoNotSaturate) {
   ThreadPool pool(2);
@@ -186,13 +232,16 @@ TEST_P(QuantizedMatmulTest, StaysCloseToTheBf16Product) {
     norm += exact[i] * exact[i];
   }
   const double relative = std::sqrt(error / norm);
-  const double bound = GetParam() == WeightFormat::kInt8 ? 0.015 : GetParam() == WeightFormat::kFp8 ? 0.06 : 0.15;
+  const double bound = GetParam() == WeightFormat::kInt8  ? 0.015
+                       : GetParam() == WeightFormat::kFp8 ? 0.06
+                       : GetParam() == WeightFormat::kInt6 ? 0.04
+                                                           : 0.15;
   EXPECT_LT(relative, bound) << weight_format_name(GetParam());
   EXPECT_GT(relative, 0.0) << "quantization must change something";
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantizedMatmulTest,
-                         ::testing::Values(WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kFp8),
+                         ::testing::Values(WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kInt6, WeightFormat::kFp8),
                          [](const auto& test_info) { return std::string(weight_format_name(test_info.param)); });
 
 TEST(QuantizeTest, ActivationBlocksAreExact) {

@@ -39,11 +39,17 @@ TEST(QuantizationPlanTest, FastDeployNamesAndRules) {
   const QuantizationPlan moe_wint4 = parse_quantization("wint4", moe);
   EXPECT_EQ(moe_wint4.dense, WeightFormat::kInt8);
   EXPECT_EQ(moe_wint4.experts, WeightFormat::kInt4);
+  // The head follows the width named (int6 for 4 bits), or int8 where asked for.
+  EXPECT_EQ(parse_quantization("wint4", dense).head, WeightFormat::kInt6);
+  EXPECT_EQ(moe_wint4.head, WeightFormat::kInt6);
+  EXPECT_EQ(parse_quantization("wint4", moe, HeadRule::kInt8).head, WeightFormat::kInt8);
+  EXPECT_EQ(parse_quantization(R"({"quantization":"mix_quant","dense_quant_type":"wint4","moe_quant_type":"wint4"})", moe).head,
+            WeightFormat::kInt6);
 
   const QuantizationPlan fp8 = parse_quantization("block_wise_fp8", dense);
   EXPECT_EQ(fp8.dense, WeightFormat::kFp8);
   EXPECT_EQ(fp8.head, WeightFormat::kFp8);
-  EXPECT_EQ(parse_quantization("wint8", dense, /*quantize_head=*/false).head, WeightFormat::kDense);
+  EXPECT_EQ(parse_quantization("wint8", dense, HeadRule::kBf16).head, WeightFormat::kDense);
 
   const QuantizationPlan mix = parse_quantization(
       R"({"quantization":"mix_quant","dense_quant_type":"wint8","moe_quant_type":"wint4","kv_cache_quant_type":"int8"})",
@@ -58,6 +64,7 @@ TEST(QuantizationPlanTest, RefusesWhatItCannotRunNamingTheChoices) {
   const ModelConfig dense = load_model_config(golden_model_dir("tiny-dense"));
   EXPECT_THAT(quantization_error_of("wint3", dense), HasSubstr("\"wint3\" is not a quantization ernie.cpp knows; use wint8, wint4"));
   EXPECT_THAT(quantization_error_of("w4a8", dense), HasSubstr("FastDeploy GPU scheme"));
+  EXPECT_THAT(quantization_error_of("int6", dense), HasSubstr("the LM head's format under the 4-bit names"));
   EXPECT_THAT(quantization_error_of("{not json", dense), HasSubstr("not valid JSON"));
   EXPECT_THAT(quantization_error_of(R"({"quantization":"mix_quant","dense_type":"wint8"})", dense),
               HasSubstr("unknown key \"dense_type\""));

@@ -217,6 +217,20 @@ float int4_block_scale(const float* w) { return least_squares_block_scale<8>(w);
 ERNIE_CLONE_FOR_ISAS __attribute__((optimize("fp-contract=off")))
 float int6_block_scale(const float* w) { return least_squares_block_scale<32>(w); }
 
+// Row r's codes (level + kLowest) and fp16 scales in the least-squares formats: int4
+// (kLowest 8) and int6 (32).
+template <int kLowest>
+void least_squares_row(const float* w, int64_t r, int64_t cols, uint16_t* scales, uint8_t* codes) {
+  const int64_t blocks = cols / kIntegerGroup;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* block = w + b * kIntegerGroup;
+    const BlockScale scale = store_scale(kLowest == 8 ? int4_block_scale(block) : int6_block_scale(block));
+    for (int64_t k = b * kIntegerGroup; k < (b + 1) * kIntegerGroup; ++k)
+      codes[k] = static_cast<uint8_t>(round_clamp(w[k] * scale.inverse, -kLowest, kLowest - 1) + kLowest);
+    scales[scale_index(r, b, blocks)] = scale.stored;
+  }
+}
+
 // Row r's offset codes (level + 8, one per input) into its panel's 64-byte lines.
 void pack_int4_row(const OwnedBytes& owned, int64_t r, int64_t cols, const uint8_t* codes) {
   uint8_t* panel = owned.data + (r / kQuantPanelRows) * kQuantPanelRows * cols / 2;
@@ -238,19 +252,12 @@ OwnedBytes allocate_int4(int64_t rows, int64_t cols) {
 
 WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
   if (group != kIntegerGroup) fail("int4 blocks are ", kIntegerGroup, " inputs, not ", group);
-  const int64_t rows = dense.rows, cols = dense.cols, blocks = cols / group;
+  const int64_t rows = dense.rows, cols = dense.cols;
   OwnedBytes owned = allocate_int4(rows, cols);
-  auto* scales = reinterpret_cast<uint16_t*>(owned.scales);
   RowReader read(dense);
   std::vector<uint8_t> codes(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
-    const float* w = read(r);
-    for (int64_t b = 0; b < blocks; ++b) {
-      const BlockScale scale = store_scale(int4_block_scale(w + b * group));
-      for (int64_t k = b * group; k < (b + 1) * group; ++k)
-        codes[static_cast<size_t>(k)] = static_cast<uint8_t>(round_clamp(w[k] * scale.inverse, -8, 7) + 8);
-      scales[scale_index(r, b, blocks)] = scale.stored;
-    }
+    least_squares_row<8>(read(r), r, cols, reinterpret_cast<uint16_t*>(owned.scales), codes.data());
     pack_int4_row(owned, r, cols, codes.data());
   }
   return quantized_matrix(dense, WeightFormat::kInt4, group, owned);
@@ -278,20 +285,13 @@ WeightMatrix quantize_int6(const WeightMatrix& dense, int32_t group) {
   if (group != kIntegerGroup) fail("int6 blocks are ", kIntegerGroup, " inputs, not ", group);
   const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
   OwnedBytes owned = allocate(static_cast<size_t>(prows * cols * 3 / 4), static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
-  auto* scales = reinterpret_cast<uint16_t*>(owned.scales);
   // Padding rows hold the stored zero (code 32) so they add nothing; their scales stay 0.
   std::memset(owned.scales, 0, static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
   std::vector<uint8_t> codes(static_cast<size_t>(cols), 32);
   for (int64_t r = rows; r < prows; ++r) pack_int6_row(owned.data, r, cols, codes.data());
   RowReader read(dense);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* w = read(r);
-    for (int64_t b = 0; b < blocks; ++b) {
-      const BlockScale scale = store_scale(int6_block_scale(w + b * group));
-      for (int64_t k = b * group; k < (b + 1) * group; ++k)
-        codes[static_cast<size_t>(k)] = static_cast<uint8_t>(round_clamp(w[k] * scale.inverse, -32, 31) + 32);
-      scales[scale_index(r, b, blocks)] = scale.stored;
-    }
+    least_squares_row<32>(read(r), r, cols, reinterpret_cast<uint16_t*>(owned.scales), codes.data());
     pack_int6_row(owned.data, r, cols, codes.data());
   }
   return quantized_matrix(dense, WeightFormat::kInt6, group, owned);

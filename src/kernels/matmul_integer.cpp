@@ -137,12 +137,6 @@ ERNIE_VNNI_TARGET inline __m512i dpbusd(__m512i acc, __m512i weights, __m512i x)
   return acc;
 }
 
-// MR tokens x NR panels (16 rows each): per block, exact int32 sums with vpdpbusd
-// (stored unsigned weights x signed activations), then one float multiply-add per
-// accumulator with the block's weight and activation scales. vpdpbusd adds into its
-// accumulator, so one accumulator per (token, panel) is a chain of 32 dependent
-// instructions per block: small tiles (decode) spread each sum over kChains
-// accumulators added at the block's end, which changes nothing (integer sums are exact).
 // (a & mask) | b in one instruction.
 ERNIE_VNNI_TARGET inline __m512i masked_or(__m512i a, __m512i mask, __m512i b) {
   return _mm512_ternarylogic_epi32(a, mask, b, 0xEA);
@@ -161,6 +155,12 @@ ERNIE_VNNI_TARGET inline void int6_codes(const uint8_t* unit, __m512i codes[4]) 
   codes[3] = masked_or(_mm512_srli_epi16(second, 4), low_nibbles, _mm512_and_si512(_mm512_srli_epi16(high, 2), high_pair));
 }
 
+// MR tokens x NR panels (16 rows each): per block, exact int32 sums with vpdpbusd
+// (stored unsigned weights x signed activations), then one float multiply-add per
+// accumulator with the block's weight and activation scales. vpdpbusd adds into its
+// accumulator, so one accumulator per (token, panel) is a chain of 32 dependent
+// instructions per block: small tiles (decode) spread each sum over kChains
+// accumulators added at the block's end, which changes nothing (integer sums are exact).
 template <int MR, int NR, int kBits>
 ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0, int64_t p0,
                                         float* y) {
@@ -307,20 +307,6 @@ ERNIE_VNNI_TARGET void panels_vnni(const QuantizedActivations& x, const IntegerW
 #if defined(__x86_64__)
 #define ERNIE_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 
-// AVX2 has no vpdpbusd; vpmaddubsw (unsigned x signed bytes, adjacent pairs summed to
-// int16 with saturation) and vpmaddwd against ones (int16 pairs to int32) do the same
-// 4-byte dot products. A 64-byte line is two 32-byte halves of 8 rows; a tile is MR
-// tokens x NH halves, each half's values loaded once for all MR tokens.
-//  - int8 (stored + 128): the flipped byte is the signed weight; its magnitude goes in as
-//    the unsigned operand and its sign moves onto the activation, so a pair is at most
-//    2 * 127 * 127 and never saturates, and the sum is exact with no offset to remove.
-//  - int4 codes (0..15) go in as they are, and a block's 4 lines are summed in 16 bits
-//    (8 vpmaddubsw of at most 2 * 15 * 127 each: 30480 < 32767) before one vpmaddwd
-//    widens them: a quarter of int8's widening work per product. The codes carry 8 * Σx
-//    per block, removed in the float epilogue.
-//  - int6 codes (0..63) are rebuilt from their unit's three lines; two vpmaddubsw (at most
-//    2 * 2 * 63 * 127 = 32004) fit 16 bits before each vpmaddwd, and the sums start at
-//    -32 * Σx so they come out exact.
 // The int6 unit's 4 lines of byte codes (as int6_codes above), for the 8 rows of the
 // 32-byte half at `half` of its three lines.
 ERNIE_AVX2_TARGET inline void int6_codes_half(const uint8_t* half, __m256i codes[4]) {
@@ -336,11 +322,25 @@ ERNIE_AVX2_TARGET inline void int6_codes_half(const uint8_t* half, __m256i codes
                              _mm256_and_si256(_mm256_srli_epi16(high, 2), high_pair));
 }
 
+// AVX2 has no vpdpbusd; vpmaddubsw (unsigned x signed bytes, adjacent pairs summed to
+// int16 with saturation) and vpmaddwd against ones (int16 pairs to int32) do the same
+// 4-byte dot products. A 64-byte line is two 32-byte halves of 8 rows; a tile is MR
+// tokens x NH halves, each half's values loaded once for all MR tokens.
+//  - int8 (stored + 128): the flipped byte is the signed weight; its magnitude goes in as
+//    the unsigned operand and its sign moves onto the activation, so a pair is at most
+//    2 * 127 * 127 and never saturates, and the sum is exact with no offset to remove.
+//  - int4 codes (0..15) go in as they are, and a block's 4 lines are summed in 16 bits
+//    (8 vpmaddubsw of at most 2 * 15 * 127 each: 30480 < 32767) before one vpmaddwd
+//    widens them: a quarter of int8's widening work per product. The codes carry 8 * Σx
+//    per block, removed in the float epilogue.
+//  - int6 codes (0..63) are rebuilt from their unit's three lines; two vpmaddubsw (at most
+//    2 * 2 * 63 * 127 = 32004) fit 16 bits before each vpmaddwd, and the sums start at
+//    -32 * Σx so they come out exact.
 template <int MR, int NH, int kBits>
 ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const IntegerWeight& w, int64_t t0, int64_t p,
                                         int h0, float* y) {
   // Blocks of kIntegerGroup inputs (panels_avx2 takes no other size): 4 int4 lines, whose
-  // 8 vpmaddubsw fit a 16-bit sum, or 8 int8 lines.
+  // 8 vpmaddubsw fit a 16-bit sum, 6 int6 lines (2 units) or 8 int8 lines.
   constexpr bool kInt4 = kBits == 4;
   constexpr int64_t kLines = kIntegerGroup * kBits / 32;
   static_assert(!kInt4 || 2 * kLines * 2 * 15 * 127 <= 32767, "int4 16-bit block sums must not saturate");

@@ -100,9 +100,13 @@ std::unique_ptr<ErnieModel> load_model_reporting(const std::string& model_dir, T
            " file(s), ", report.tensor_bytes / 1e6, " MB of tensors in ", report.seconds, " s; peak RSS ",
            peak_rss_bytes() / 1e6, " MB");
   if (quantization.quantizes_weights()) {
-    if (report.prequantized)
-      log_info("quantization: ", quantization.describe(), "; weights ", report.weight_bytes / 1e6,
-               " MB, packed by ernie quantize");
+    if (report.prequantized) {
+      // The file's head is whatever ERNIE_QUANTIZE_LM_HEAD asked for when it was packed.
+      QuantizationPlan held = quantization;
+      const WeightFormat head = model->weights().lm_head.format;
+      held.head = head == WeightFormat::kBf16Packed ? WeightFormat::kDense : head;
+      log_info("quantization: ", held.describe(), "; weights ", report.weight_bytes / 1e6, " MB, packed by ernie quantize");
+    }
     else
       log_info("quantization: ", quantization.describe(), "; weights now ", report.weight_bytes / 1e6,
                " MB (quantized in ", report.quantize_seconds, " s)");

@@ -208,6 +208,15 @@ TEST(CliBenchTest, HeadFormatFollowsTheEnvironment) {
   EXPECT_THAT(bf16.output, HasSubstr("LM head bf16,"));
   expect_one_error_line(run_shell("ERNIE_QUANTIZE_LM_HEAD=int4 " + ernie(bench)),
                         "ERNIE_QUANTIZE_LM_HEAD must be 1 (the head follows --quantization), 0 (bf16) or int8");
+  // A file `ernie quantize` packed with the int8 head loads with it, and the log says so.
+  TempDir temp;
+  const std::string packed = temp.file("packed");
+  const auto quantize = run_shell("ERNIE_QUANTIZE_LM_HEAD=int8 " + ernie("quantize --model " + testing::golden_model_dir("tiny-dense") +
+                                                                         " --quantization wint4 --out " + packed));
+  ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
+  const auto loaded = run_shell(ernie("bench --model " + packed + " --pp 8 --tg 2"));
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.output;
+  EXPECT_THAT(loaded.output, HasSubstr("LM head wint8,"));
 }
 
 TEST(CliEngineFlagsTest, EnvironmentAndFlagsAreCheckedAndLogged) {

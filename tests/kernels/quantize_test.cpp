@@ -122,11 +122,6 @@ TEST(QuantizeTest, Int4ScalesBeatAbsmaxScales) {
   EXPECT_LT(ours, 0.93 * absmax) << ours / absmax;  // measured 0.88
 }
 
-template <typename T>
-void write_raw(const std::string& path, const T* values, size_t count) {
-  testing::write_file(path, std::string(reinterpret_cast<const char*>(values), count * sizeof(T)));
-}
-
 // The int6 layout against tools/ref_int6_numpy.py, which decodes the packed bytes and
 // scales from the format's description and checks that each code is its weight's
 // rounding at the stored scale and that the scales beat the absmax rule. Rows 37 (not a
@@ -136,9 +131,9 @@ TEST(QuantizeTest, Int6MatchesTheNumpyDecoderExactly) {
   const OwnedDense dense = random_bf16(rows, cols, 23, 97);
   const WeightMatrix q = quantize_weight(dense.matrix, WeightFormat::kInt6);
   testing::TempDir dir;
-  write_raw(dir.file("original.f32"), dense.values.data(), dense.values.size());
-  write_raw(dir.file("packed.u8"), static_cast<const uint8_t*>(q.data), packed_value_bytes(q));
-  write_raw(dir.file("scales.f16"), q.integer_scales(), packed_scale_bytes(q) / sizeof(uint16_t));
+  testing::write_raw_file(dir.file("original.f32"), dense.values);
+  testing::write_raw_file(dir.file("packed.u8"), q.data, packed_value_bytes(q));
+  testing::write_raw_file(dir.file("scales.f16"), q.scales, packed_scale_bytes(q));
   const testing::CommandResult run = testing::run_shell(testing::python3() + " " + ERNIE_SOURCE_DIR
                                                         "/tools/ref_int6_numpy.py " + dir.path() + " 37 256");
   ASSERT_EQ(run.exit_code, 0) << run.output;

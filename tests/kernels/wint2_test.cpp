@@ -48,19 +48,14 @@ WeightMatrix matrix_of(const Wint2Tensors& t, int64_t first = 0, int64_t count =
                            t.code_zp.data(), t.k, t.n, first, count < 0 ? t.n : count);
 }
 
-template <typename T>
-void write_raw(const std::string& path, const std::vector<T>& values) {
-  testing::write_file(path, std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T)));
-}
-
 TEST(Wint2Test, DequantizedWeightsEqualTheNumpyReferenceExactly) {
   const Wint2Tensors t = random_wint2_tensors(256, 48, 7);
   testing::TempDir dir;
-  write_raw(dir.file("quant_weight.u8"), t.quant_weight);
-  write_raw(dir.file("weight_scale.u8"), t.weight_scale);
-  write_raw(dir.file("super_scales.f32"), t.super_scales);
-  write_raw(dir.file("code_scale.f32"), t.code_scale);
-  write_raw(dir.file("code_zp.f32"), t.code_zp);
+  testing::write_raw_file(dir.file("quant_weight.u8"), t.quant_weight);
+  testing::write_raw_file(dir.file("weight_scale.u8"), t.weight_scale);
+  testing::write_raw_file(dir.file("super_scales.f32"), t.super_scales);
+  testing::write_raw_file(dir.file("code_scale.f32"), t.code_scale);
+  testing::write_raw_file(dir.file("code_zp.f32"), t.code_zp);
   const testing::CommandResult run = testing::run_shell(
       testing::python3() + " " + ERNIE_SOURCE_DIR "/tools/ref_wint2_numpy.py " + dir.path() + " 256 48");
   ASSERT_EQ(run.exit_code, 0) << run.output;

@@ -81,6 +81,10 @@ void write_file(const std::string& path, const std::string& contents) {
   file << contents;
 }
 
+void write_raw_file(const std::string& path, const void* data, size_t bytes) {
+  write_file(path, std::string(static_cast<const char*>(data), bytes));
+}
+
 std::vector<float> read_f32_file(const std::string& path) {
   const std::string bytes = read_file(path);
   std::vector<float> values(bytes.size() / sizeof(float));

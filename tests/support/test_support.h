@@ -52,6 +52,12 @@ std::string read_file(const std::string& path);
 // The message of the ernie::Error that `action` throws, or "(no error)".
 std::string error_message(const std::function<void()>& action);
 void write_file(const std::string& path, const std::string& contents);
+// Raw little-endian bytes, as the numpy references in tools/ read their inputs.
+void write_raw_file(const std::string& path, const void* data, size_t bytes);
+template <typename T>
+void write_raw_file(const std::string& path, const std::vector<T>& values) {
+  write_raw_file(path, values.data(), values.size() * sizeof(T));
+}
 std::vector<float> read_f32_file(const std::string& path);
 std::vector<uint8_t> read_bytes_file(const std::string& path);
 

@@ -15,6 +15,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/flash_attention.h"
+#include "kernels/matmul.h"
 #include "util/random.h"
 
 namespace ernie {
@@ -92,6 +93,15 @@ void run_simple(benchmark::State& state, int num_queries, int64_t first_position
 void BM_PrefillF32(benchmark::State& state) { run_flash(state, KvStorage::kF32, 512, 0); }
 void BM_PrefillInt8(benchmark::State& state) { run_flash(state, KvStorage::kInt8, 512, 0); }
 void BM_PrefillBf16(benchmark::State& state) { run_flash(state, KvStorage::kBF16, 512, 0); }
+// bf16 rows multiplied in bf16 (vdpbf16ps; kernels/flash_attention.h), as `ernie serve`
+// runs them on a CPU with AVX512-BF16; elsewhere the same fp32 kernel as BM_PrefillBf16.
+void BM_PrefillBf16Products(benchmark::State& state) {
+  set_bf16_products(true);
+  const bool products = attention_uses_bf16_products({kHeads, kKvHeads, kHeadDim, 1.0f, KvStorage::kBF16}, 512);
+  run_flash(state, KvStorage::kBF16, 512, 0);
+  set_bf16_products(false);
+  state.SetLabel(products ? "bf16 products" : "fp32 (no AVX512-BF16)");
+}
 void BM_PrefillSimple(benchmark::State& state) { run_simple(state, 512, 0); }
 void BM_DecodeF32(benchmark::State& state) { run_flash(state, KvStorage::kF32, 1, state.range(0)); }
 void BM_DecodeInt8(benchmark::State& state) { run_flash(state, KvStorage::kInt8, 1, state.range(0)); }
@@ -101,6 +111,7 @@ void BM_DecodeSimple(benchmark::State& state) { run_simple(state, 1, state.range
 BENCHMARK(BM_PrefillF32)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillInt8)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillBf16)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillBf16Products)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrefillSimple)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeF32)->Arg(128)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeInt8)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);

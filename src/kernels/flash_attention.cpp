@@ -9,6 +9,8 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/fast_exp.h"
+#include "kernels/matmul.h"
+#include "kernels/x86_intrinsics.h"
 #include "tensor/dtype.h"
 
 // The vector helpers below are always inlined into functions compiled for one ISA, so
@@ -139,12 +141,16 @@ struct Problem {
   float* alpha;  // [tile rows]: rescale factor of the current block
   float* kf;     // [block keys][o_stride]: keys converted to fp32 (int8 rows, odd head_dim)
   float* vf;     // [block keys][o_stride]: values likewise
+  // bf16 products (attend_bf16): the block's probabilities rounded to bf16, two keys to
+  // each 32-bit lane (bits only, never read as floats): [block keys / 2][tile rows].
+  float* probability_pairs;
   int o_stride;  // head_dim rounded up to 16 floats
 };
 
 size_t scratch_floats(int head_dim) {
   const size_t padded = round_up(static_cast<size_t>(head_dim), kAlignFloats);
-  return 2 * kTileRows * padded + kBlockKeys * kTileRows + 4 * kTileRows + 2 * kBlockKeys * padded + kAlignFloats;
+  return 2 * kTileRows * padded + kBlockKeys * kTileRows + 4 * kTileRows + 2 * kBlockKeys * padded +
+         kBlockKeys / 2 * kTileRows + kAlignFloats;
 }
 
 void carve_scratch(float* base, Problem& p) {
@@ -164,6 +170,7 @@ void carve_scratch(float* base, Problem& p) {
   p.alpha = take(kTileRows);
   p.kf = take(kBlockKeys * padded);
   p.vf = take(kBlockKeys * padded);
+  p.probability_pairs = take(kBlockKeys / 2 * kTileRows);
 }
 
 #define ERNIE_INLINE [[gnu::always_inline]] inline
@@ -569,6 +576,9 @@ int64_t total_rows(const Problem& p) { return static_cast<int64_t>(p.num_queries
 
 using Kernel = void (*)(const Problem&);
 
+// Calls of up to this many rows (one token's group of heads) take the kDot scores.
+constexpr int64_t kDotRows = 8;
+
 void attend_generic(const Problem& p) { attend<Config<L4, L4, Scores::kOuter, 2, 4, 4, 2>>(p); }
 
 #if defined(__x86_64__)
@@ -584,9 +594,202 @@ __attribute__((target("avx2,fma"))) void attend_avx2(const Problem& p) {
 }
 
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"))) void attend_avx512(const Problem& p) {
-  if (total_rows(p) <= 8) attend<Config<L8, L16, Scores::kDot, 8, 2, 4, 4>>(p);
+  if (total_rows(p) <= kDotRows) attend<Config<L8, L16, Scores::kDot, 8, 2, 4, 4>>(p);
   else attend<Config<L16, L16, Scores::kOuter, 4, 4, 4, 4>>(p);
 }
+
+// bf16 products on a bf16 cache (bf16_attention_applies): vdpbf16ps multiplies a pair of
+// bf16 by a pair and adds both products to one fp32 lane, twice the rate of fp32 FMAs,
+// and the keys are read from their cache rows as they are stored, never widened.
+//  - Scores: the queries rounded to bf16 and held transposed in pairs of head_dim
+//    elements ([head_dim / 2][tile rows] 32-bit lanes), so 16 rows are one load and a key's
+//    pair one 32-bit broadcast from its row. The scale (times log2 e) multiplies the fp32
+//    sums, so the queries' rounding is the only one before the softmax.
+//  - The softmax is the fp32 one every path runs (softmax_block).
+//  - P·V: each row's probabilities rounded to bf16 in pairs of keys ([keys / 2][tile rows])
+//    against the values of the same two keys interleaved per dim ([keys / 2][head_dim]).
+// Flash attention on bf16 tensors computes the same (FastDeploy's GPU kernels take bf16
+// Q, K and V and round P to bf16 for P·V); the running max, sums and output stay fp32.
+#define ERNIE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
+
+namespace bf16_products {
+
+constexpr int kWidth = 16;  // rows (or dims) per fp32 vector
+// Register tiles: 4 row vectors x 4 keys of scores, 4 rows x 4 dim vectors of P·V (16
+// accumulators each, enough independent chains for vdpbf16ps' latency on two pipes).
+constexpr int kScoreVectors = 4, kScoreKeys = 4, kPvRows = 4, kPvVectors = 4;
+using Softmax = Config<L16, L16, Scores::kOuter, kScoreVectors, kScoreKeys, kPvRows, kPvVectors>;
+
+ERNIE_BF16_TARGET inline __m512bh pairs_at(const float* p) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p)); }
+ERNIE_BF16_TARGET inline __m512bh broadcast_pair(const void* p) {
+  int32_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(bits));
+}
+
+// Word indices for vpermw / vpermt2w that pair word first + i with word second + i, for
+// i = 0..15 (in vpermt2w an index from 32 up selects the second source).
+ERNIE_BF16_TARGET inline __m512i pair_index(int first, int second) {
+  alignas(64) int16_t index[32];
+  for (int i = 0; i < 16; ++i) {
+    index[2 * i] = static_cast<int16_t>(first + i);
+    index[2 * i + 1] = static_cast<int16_t>(second + i);
+  }
+  return _mm512_load_si512(index);
+}
+
+// The tile's queries rounded to bf16, pairs of head_dim elements transposed into p.qt;
+// padding rows are zero. Also each row's causal limit and the reset running max and sum.
+ERNIE_BF16_TARGET inline void load_query_pairs(const Problem& p, int64_t r0, int rows, int t_pad, int64_t max_limit) {
+  const int hd = p.head_dim;
+  auto* pairs = reinterpret_cast<uint8_t*>(p.qt);
+  for (int r = 0; r < t_pad; ++r) {
+    const float* src = nullptr;
+    if (r < rows) {
+      const RowHead at = row_head(p, r0 + r);
+      src = p.q + at.token * p.q_stride + static_cast<int64_t>(at.head) * hd;
+      p.limit[r] = static_cast<float>(p.all_keys > 0 ? p.all_keys - 1 : p.first_position + at.token);
+    } else {
+      p.limit[r] = static_cast<float>(max_limit);
+    }
+    for (int i = 0; i < hd / 2; ++i) {
+      const uint32_t pair = src == nullptr ? 0u
+                                           : static_cast<uint32_t>(f32_to_bf16(src[2 * i])) |
+                                                 static_cast<uint32_t>(f32_to_bf16(src[2 * i + 1])) << 16;
+      std::memcpy(pairs + 4 * (static_cast<size_t>(i) * t_pad + r), &pair, sizeof pair);
+    }
+    p.m[r] = -std::numeric_limits<float>::infinity();
+    p.l[r] = 0.0f;
+  }
+}
+
+// S[j][rows of row vectors rv0 .. rv0+RV) = factor · Σ_d q_d k_jd, k from bf16 rows.
+template <int RV>
+ERNIE_BF16_TARGET inline void pair_scores(const Problem& p, int t_pad, int rv0, const uint8_t* const* krow, int nb_pad,
+                                          float factor) {
+  const __m512 scale = _mm512_set1_ps(factor);
+  for (int j0 = 0; j0 < nb_pad; j0 += kScoreKeys) {
+    __m512 acc[kScoreKeys][RV];
+    for (int k = 0; k < kScoreKeys; ++k)
+      for (int b = 0; b < RV; ++b) acc[k][b] = _mm512_setzero_ps();
+    const float* column = p.qt + rv0 * kWidth;
+    for (int i = 0; i < p.head_dim / 2; ++i, column += t_pad) {
+      __m512bh q[RV];
+      for (int b = 0; b < RV; ++b) q[b] = pairs_at(column + b * kWidth);
+      for (int k = 0; k < kScoreKeys; ++k) {
+        const __m512bh key = broadcast_pair(krow[j0 + k] + 4 * i);
+        for (int b = 0; b < RV; ++b) acc[k][b] = _mm512_dpbf16_ps(acc[k][b], q[b], key);
+      }
+    }
+    for (int k = 0; k < kScoreKeys; ++k)
+      for (int b = 0; b < RV; ++b) _mm512_storeu_ps(p.s + (j0 + k) * t_pad + (rv0 + b) * kWidth, _mm512_mul_ps(acc[k][b], scale));
+  }
+}
+
+// The block's probabilities (p.s, fp32 [key][row]) rounded to bf16 in pairs of keys per
+// row, and its values interleaved in pairs of keys per dim into p.vf.
+ERNIE_BF16_TARGET inline void pair_block(const Problem& p, int t_pad, const uint8_t* const* vrow, int nb_pad) {
+  // vcvtne2ps2bf16 puts its second operand's 16 values in the low half, so key 2j's
+  // probabilities come out as words 0..15 and key 2j+1's as 16..31; vpermw pairs them.
+  const __m512i probability_order = pair_index(0, 16);
+  for (int jp = 0; jp < nb_pad / 2; ++jp) {
+    const float* even = p.s + (2 * jp) * t_pad;
+    const float* odd = even + t_pad;
+    for (int r = 0; r < t_pad; r += kWidth) {
+      const __m512bh rounded = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(odd + r), _mm512_loadu_ps(even + r));
+      _mm512_storeu_si512(p.probability_pairs + jp * t_pad + r,
+                          _mm512_permutexvar_epi16(probability_order, reinterpret_cast<__m512i>(rounded)));
+    }
+  }
+  const __m512i low = pair_index(0, 32), high = pair_index(16, 48);
+  const int hd = p.head_dim;
+  for (int jp = 0; jp < nb_pad / 2; ++jp) {
+    const uint8_t* a = vrow[2 * jp];
+    const uint8_t* b = vrow[2 * jp + 1];
+    float* dst = p.vf + static_cast<size_t>(jp) * hd;
+    for (int d = 0; d < hd; d += 32) {
+      const __m512i va = _mm512_loadu_si512(a + 2 * d), vb = _mm512_loadu_si512(b + 2 * d);
+      _mm512_storeu_si512(dst + d, _mm512_permutex2var_epi16(va, low, vb));
+      _mm512_storeu_si512(dst + d + 16, _mm512_permutex2var_epi16(va, high, vb));
+    }
+  }
+}
+
+// O[r0 .. r0+kPvRows)[c0 .. c0+DC·16) = alpha·O + P·V over the block's key pairs.
+template <int DC>
+ERNIE_BF16_TARGET inline void pair_accumulate(const Problem& p, int t_pad, int r0, int pairs, int c0) {
+  __m512 acc[kPvRows][DC];
+  for (int i = 0; i < kPvRows; ++i) {
+    const __m512 alpha = _mm512_set1_ps(p.alpha[r0 + i]);
+    for (int c = 0; c < DC; ++c)
+      acc[i][c] = _mm512_mul_ps(_mm512_loadu_ps(p.o + (r0 + i) * p.o_stride + c0 + c * kWidth), alpha);
+  }
+  for (int jp = 0; jp < pairs; ++jp) {
+    __m512bh v[DC];
+    for (int c = 0; c < DC; ++c) v[c] = pairs_at(p.vf + static_cast<size_t>(jp) * p.head_dim + c0 + c * kWidth);
+    const float* probabilities = p.probability_pairs + jp * t_pad + r0;
+    for (int i = 0; i < kPvRows; ++i) {
+      const __m512bh pair = broadcast_pair(probabilities + i);
+      for (int c = 0; c < DC; ++c) acc[i][c] = _mm512_dpbf16_ps(acc[i][c], pair, v[c]);
+    }
+  }
+  for (int i = 0; i < kPvRows; ++i)
+    for (int c = 0; c < DC; ++c) _mm512_storeu_ps(p.o + (r0 + i) * p.o_stride + c0 + c * kWidth, acc[i][c]);
+}
+
+ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
+  const int hd = p.head_dim;
+  const int t_pad = static_cast<int>(round_up(static_cast<size_t>(rows), kWidth));
+  const int64_t min_limit = p.all_keys > 0 ? p.all_keys - 1 : p.first_position + r0 / p.group;
+  const int64_t max_limit = p.all_keys > 0 ? p.all_keys - 1 : p.first_position + (r0 + rows - 1) / p.group;
+  const float factor = p.scale * 1.4426950408889634f;
+
+  load_query_pairs(p, r0, rows, t_pad, max_limit);
+  std::fill(p.o, p.o + static_cast<size_t>(t_pad) * p.o_stride, 0.0f);
+
+  const uint8_t* krow[kBlockKeys];
+  const uint8_t* vrow[kBlockKeys];
+  const size_t head_offset = sizeof(uint16_t) * static_cast<size_t>(p.kv_head) * hd;
+  const int64_t n_keys = max_limit + 1;
+  for (int64_t k0 = 0; k0 < n_keys; k0 += kBlockKeys) {
+    const int nb = static_cast<int>(std::min<int64_t>(kBlockKeys, n_keys - k0));
+    const int nb_pad = static_cast<int>(round_up(static_cast<size_t>(nb), kScoreKeys));
+    // Padding keys repeat the last one; they lie past every row's limit, so the mask
+    // gives them probability 0.
+    for (int j = 0; j < nb_pad; ++j) {
+      const int64_t at = k0 + std::min(j, nb - 1);
+      krow[j] = static_cast<const uint8_t*>(p.key_rows[at]) + head_offset;
+      vrow[j] = static_cast<const uint8_t*>(p.value_rows[at]) + head_offset;
+    }
+    int rv = 0;
+    for (; rv + kScoreVectors <= t_pad / kWidth; rv += kScoreVectors) pair_scores<kScoreVectors>(p, t_pad, rv, krow, nb_pad, factor);
+    for (; rv + 2 <= t_pad / kWidth; rv += 2) pair_scores<2>(p, t_pad, rv, krow, nb_pad, factor);
+    for (; rv < t_pad / kWidth; ++rv) pair_scores<1>(p, t_pad, rv, krow, nb_pad, factor);
+
+    softmax_block<Softmax>(p, t_pad, nb_pad, k0, k0 + nb_pad - 1 > min_limit);
+    pair_block(p, t_pad, vrow, nb_pad);
+    for (int r = 0; r < t_pad; r += kPvRows) {
+      int c = 0;
+      for (; c + kPvVectors * kWidth <= hd; c += kPvVectors * kWidth) pair_accumulate<kPvVectors>(p, t_pad, r, nb_pad / 2, c);
+      for (; c < hd; c += kWidth) pair_accumulate<1>(p, t_pad, r, nb_pad / 2, c);
+    }
+  }
+
+  for (int r = 0; r < rows; ++r) {
+    const RowHead at = row_head(p, r0 + r);
+    float* dst = p.out + at.token * p.out_stride + static_cast<int64_t>(at.head) * hd;
+    const float* src = p.o + static_cast<size_t>(r) * p.o_stride;
+    const float inverse = 1.0f / p.l[r];
+    for (int d = 0; d < hd; ++d) dst[d] = src[d] * inverse;
+  }
+}
+
+ERNIE_BF16_TARGET void attend(const Problem& p) {
+  for (int64_t r0 = 0; r0 < total_rows(p); r0 += kTileRows)
+    attend_tile(p, r0, static_cast<int>(std::min<int64_t>(kTileRows, total_rows(p) - r0)));
+}
+
+}  // namespace bf16_products
 #endif
 
 Kernel select_kernel() {
@@ -601,6 +804,18 @@ Kernel select_kernel() {
 }
 
 }  // namespace
+
+bool attention_uses_bf16_products(const AttentionShape& shape, int num_queries) {
+#if defined(__x86_64__)
+  static const bool available = active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16;
+  return available && bf16_products_enabled() && shape.storage == KvStorage::kBF16 && shape.head_dim % 32 == 0 &&
+         static_cast<int64_t>(num_queries) * (shape.heads / shape.kv_heads) > kDotRows;
+#else
+  (void)shape;
+  (void)num_queries;
+  return false;
+#endif
+}
 
 void reserve_attention_scratch(AttentionScratch& scratch, int head_dim) {
   const size_t needed = scratch_floats(head_dim);
@@ -639,6 +854,12 @@ void run_attention(const AttentionShape& shape, const void* const* key_rows, con
   p.scale = shape.scale;
   p.storage = shape.storage;
   carve_scratch(reinterpret_cast<float*>(aligned), p);
+#if defined(__x86_64__)
+  if (attention_uses_bf16_products(shape, num_queries)) {
+    bf16_products::attend(p);
+    return;
+  }
+#endif
   kernel(p);
 }
 

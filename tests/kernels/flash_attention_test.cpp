@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <tuple>
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "tensor/dtype.h"
 #include "util/random.h"
 
 namespace ernie {
@@ -107,6 +111,10 @@ struct Case {
 // first term is the fixed accuracy asked of the kernel; the second is the rounding of fp32
 // scores (relative error ~ u per term), which moves softmax weights by about the absolute
 // score error and so matters only when scores are large (the ×50 stress cases).
+// Where the call multiplies in bf16 (attention_uses_bf16_products), the reference takes
+// the queries rounded to bf16 as the kernel documents, and the tolerance adds 2^-8 · max|v|:
+// each probability rounded to bf16 is off by at most 2^-8 of itself, so the weighted sum
+// of values moves by at most that share of max|v|.
 void check_case(const Case& c, AttentionScratch& scratch, uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << "heads " << c.heads << " kv_heads " << c.kv_heads << " head_dim " << c.head_dim
                                   << (c.storage == KvStorage::kInt8 ? " int8" : " f32") << " queries "
@@ -132,10 +140,14 @@ void check_case(const Case& c, AttentionScratch& scratch, uint64_t seed) {
         ASSERT_EQ(out[static_cast<size_t>(i * out_stride + x)], sentinel) << "token " << i << " float " << x;
   }
 
-  const Reference ref = reference_attention(shape, cache, q, q_stride, c.first_position, c.num_queries);
+  const bool bf16_products = attention_uses_bf16_products(shape, c.num_queries);
+  std::vector<float> reference_q = q;
+  if (bf16_products)
+    for (float& x : reference_q) x = bf16_to_f32(f32_to_bf16(x));
+  const Reference ref = reference_attention(shape, cache, reference_q, q_stride, c.first_position, c.num_queries);
   float max_v = 0;
   for (float v : cache.values) max_v = std::max(max_v, std::fabs(v));
-  const double tolerance = max_v * (1e-5 + 2.0 * 0x1p-24 * ref.score_magnitude);
+  const double tolerance = max_v * ((bf16_products ? 0x1p-8 : 0.0) + 1e-5 + 2.0 * 0x1p-24 * ref.score_magnitude);
 
   std::vector<const float*> key_f32, value_f32;
   const size_t width = static_cast<size_t>(c.kv_heads) * hd;
@@ -156,6 +168,7 @@ void check_case(const Case& c, AttentionScratch& scratch, uint64_t seed) {
       for (int d = 0; d < hd; ++d) {
         worst = std::max(worst, std::fabs(got[d] - want[d]));
         ASSERT_NEAR(got[d], want[d], tolerance) << "token " << i << " head " << h << " d " << d;
+        if (bf16_products) continue;  // the oracle takes the queries unrounded
         ASSERT_NEAR(simple[d], want[d], tolerance) << "oracle, token " << i << " head " << h << " d " << d;
         ASSERT_NEAR(got[d], simple[d], 2 * tolerance) << "token " << i << " head " << h << " d " << d;
       }
@@ -236,6 +249,40 @@ TEST(FlashAttention, BidirectionalSeesEveryKey) {
     const double tolerance = max_v * (1e-5 + 2.0 * 0x1p-24 * ref.score_magnitude);
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref.out[i], tolerance) << "float " << i;
   }
+}
+
+// bf16 products switched on, as `ernie serve` does: bf16 rows of prefill-sized calls with
+// head_dim in whole 32s multiply in bf16 (where the CPU has AVX512-BF16); every other call
+// keeps fp32, and each is checked against its documented numerics.
+TEST(FlashAttention, Bf16ProductsMatchTheRoundedQueryReference) {
+  struct ProductsOn {
+    ProductsOn() { set_bf16_products(true); }
+    ~ProductsOn() { set_bf16_products(false); }
+  } on;
+  const bool cpu_has_them = active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16;
+  const AttentionShape prefill{16, 2, 128, 0.088f, KvStorage::kBF16};
+  EXPECT_EQ(attention_uses_bf16_products(prefill, 64), cpu_has_them);
+  EXPECT_FALSE(attention_uses_bf16_products(prefill, 1));  // decode: 8 rows
+  EXPECT_FALSE(attention_uses_bf16_products({16, 2, 128, 0.088f, KvStorage::kF32}, 64));
+  EXPECT_FALSE(attention_uses_bf16_products({16, 2, 80, 0.1f, KvStorage::kBF16}, 64));
+  if (!cpu_has_them) std::printf("note: no AVX512-BF16 here, so every call below runs the fp32 kernels\n");
+
+  AttentionScratch scratch;
+  uint64_t seed = 500;
+  for (int head_dim : {32, 64, 128, 96, 24})
+    for (int group : {1, 2, 8})
+      for (int num_queries : {1, 3, 17, 64, 130})
+        for (int64_t first : {0, 5, 100, 1000}) {
+          check_case({2 * group, 2, head_dim, KvStorage::kBF16, num_queries, first}, scratch, ++seed);
+          if (HasFatalFailure()) return;
+        }
+  for (int num_queries : {17, 130}) {
+    check_case({16, 2, 128, KvStorage::kBF16, num_queries, 300, 50.0f}, scratch, 7);
+    check_case({16, 2, 128, KvStorage::kF32, num_queries, 300}, scratch, 9);
+    check_case({16, 2, 128, KvStorage::kInt8, num_queries, 300}, scratch, 10);
+  }
+  check_case({20, 4, 128, KvStorage::kBF16, 45, 64}, scratch, 23);  // 21B-A3B prefill (group 5)
+  check_case({16, 2, 128, KvStorage::kBF16, 200, 0}, scratch, 24);  // 0.3B prefill chunk
 }
 
 TEST(FlashAttention, ZeroQueriesWritesNothing) {

@@ -2,7 +2,8 @@
 // 2 kv heads, head_dim 128: 8 query heads per kv head), one thread:
 //   Prefill: 512 query tokens from position 0 (131,328 visible token-key pairs per head).
 //   Decode:  1 query token after `context` cached positions.
-// Each for fp32, int8 and bf16 rows (bf16: the cache's default), and the
+// Each for fp32, int8 and bf16 rows (bf16: the cache's default; also with bf16 products,
+// as `ernie serve` multiplies them where the CPU has AVX512-BF16), and the
 // per-(token, head) attend_one_head loop the flash kernel replaces (fp32 only) as a
 // baseline.
 //
@@ -94,18 +95,20 @@ void BM_PrefillF32(benchmark::State& state) { run_flash(state, KvStorage::kF32, 
 void BM_PrefillInt8(benchmark::State& state) { run_flash(state, KvStorage::kInt8, 512, 0); }
 void BM_PrefillBf16(benchmark::State& state) { run_flash(state, KvStorage::kBF16, 512, 0); }
 // bf16 rows multiplied in bf16 (vdpbf16ps; kernels/flash_attention.h), as `ernie serve`
-// runs them on a CPU with AVX512-BF16; elsewhere the same fp32 kernel as BM_PrefillBf16.
-void BM_PrefillBf16Products(benchmark::State& state) {
+// runs them on a CPU with AVX512-BF16; elsewhere the same fp32 kernel as the plain bf16 case.
+void run_bf16_products(benchmark::State& state, int num_queries, int64_t first_position) {
   set_bf16_products(true);
-  const bool products = attention_uses_bf16_products({kHeads, kKvHeads, kHeadDim, 1.0f, KvStorage::kBF16}, 512);
-  run_flash(state, KvStorage::kBF16, 512, 0);
+  const bool products = attention_uses_bf16_products({kHeads, kKvHeads, kHeadDim, 1.0f, KvStorage::kBF16});
+  run_flash(state, KvStorage::kBF16, num_queries, first_position);
   set_bf16_products(false);
   state.SetLabel(products ? "bf16 products" : "fp32 (no AVX512-BF16)");
 }
+void BM_PrefillBf16Products(benchmark::State& state) { run_bf16_products(state, 512, 0); }
 void BM_PrefillSimple(benchmark::State& state) { run_simple(state, 512, 0); }
 void BM_DecodeF32(benchmark::State& state) { run_flash(state, KvStorage::kF32, 1, state.range(0)); }
 void BM_DecodeInt8(benchmark::State& state) { run_flash(state, KvStorage::kInt8, 1, state.range(0)); }
 void BM_DecodeBf16(benchmark::State& state) { run_flash(state, KvStorage::kBF16, 1, state.range(0)); }
+void BM_DecodeBf16Products(benchmark::State& state) { run_bf16_products(state, 1, state.range(0)); }
 void BM_DecodeSimple(benchmark::State& state) { run_simple(state, 1, state.range(0)); }
 
 BENCHMARK(BM_PrefillF32)->Unit(benchmark::kMillisecond);
@@ -116,6 +119,7 @@ BENCHMARK(BM_PrefillSimple)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeF32)->Arg(128)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeInt8)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeBf16)->Arg(128)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeBf16Products)->Arg(128)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeSimple)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -577,7 +577,7 @@ int64_t total_rows(const Problem& p) { return static_cast<int64_t>(p.num_queries
 using Kernel = void (*)(const Problem&);
 
 // Calls of up to this many rows (one token's group of heads) take the kDot scores.
-constexpr int64_t kDotRows = 8;
+constexpr int64_t kDecodeCallRows = 8;
 
 void attend_generic(const Problem& p) { attend<Config<L4, L4, Scores::kOuter, 2, 4, 4, 2>>(p); }
 
@@ -594,7 +594,7 @@ __attribute__((target("avx2,fma"))) void attend_avx2(const Problem& p) {
 }
 
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"))) void attend_avx512(const Problem& p) {
-  if (total_rows(p) <= kDotRows) attend<Config<L8, L16, Scores::kDot, 8, 2, 4, 4>>(p);
+  if (total_rows(p) <= kDecodeCallRows) attend<Config<L8, L16, Scores::kDot, 8, 2, 4, 4>>(p);
   else attend<Config<L16, L16, Scores::kOuter, 4, 4, 4, 4>>(p);
 }
 
@@ -638,10 +638,16 @@ ERNIE_BF16_TARGET inline __m512i pair_index(int first, int second) {
   return _mm512_load_si512(index);
 }
 
-// The tile's queries rounded to bf16, pairs of head_dim elements transposed into p.qt;
-// padding rows are zero. Also each row's causal limit and the reset running max and sum.
+// Tiles of up to this many rows (a decode step's group of heads) take dot_pair_scores.
+constexpr int kDotRows = 8;
+
+// The tile's queries rounded to bf16 into p.qt: for outer_pair_scores, pairs of head_dim
+// elements transposed ([head_dim / 2][t_pad] 32-bit lanes); for dot_pair_scores (rows <=
+// kDotRows), row-major [kDotRows][head_dim]. Padding rows are zero. Also each row's causal
+// limit and the reset running max and sum.
 ERNIE_BF16_TARGET inline void load_query_pairs(const Problem& p, int64_t r0, int rows, int t_pad, int64_t max_limit) {
   const int hd = p.head_dim;
+  const bool row_major = rows <= kDotRows;
   auto* pairs = reinterpret_cast<uint8_t*>(p.qt);
   for (int r = 0; r < t_pad; ++r) {
     const float* src = nullptr;
@@ -652,12 +658,14 @@ ERNIE_BF16_TARGET inline void load_query_pairs(const Problem& p, int64_t r0, int
     } else {
       p.limit[r] = static_cast<float>(max_limit);
     }
-    for (int i = 0; i < hd / 2; ++i) {
-      const uint32_t pair = src == nullptr ? 0u
-                                           : static_cast<uint32_t>(f32_to_bf16(src[2 * i])) |
-                                                 static_cast<uint32_t>(f32_to_bf16(src[2 * i + 1])) << 16;
-      std::memcpy(pairs + 4 * (static_cast<size_t>(i) * t_pad + r), &pair, sizeof pair);
-    }
+    if (!row_major || r < kDotRows)
+      for (int i = 0; i < hd / 2; ++i) {
+        const uint32_t pair = src == nullptr ? 0u
+                                             : static_cast<uint32_t>(f32_to_bf16(src[2 * i])) |
+                                                   static_cast<uint32_t>(f32_to_bf16(src[2 * i + 1])) << 16;
+        const size_t lane = row_major ? static_cast<size_t>(r) * hd / 2 + i : static_cast<size_t>(i) * t_pad + r;
+        std::memcpy(pairs + 4 * lane, &pair, sizeof pair);
+      }
     p.m[r] = -std::numeric_limits<float>::infinity();
     p.l[r] = 0.0f;
   }
@@ -665,7 +673,7 @@ ERNIE_BF16_TARGET inline void load_query_pairs(const Problem& p, int64_t r0, int
 
 // S[j][rows of row vectors rv0 .. rv0+RV) = factor · Σ_d q_d k_jd, k from bf16 rows.
 template <int RV>
-ERNIE_BF16_TARGET inline void pair_scores(const Problem& p, int t_pad, int rv0, const uint8_t* const* krow, int nb_pad,
+ERNIE_BF16_TARGET inline void outer_pair_scores(const Problem& p, int t_pad, int rv0, const uint8_t* const* krow, int nb_pad,
                                           float factor) {
   const __m512 scale = _mm512_set1_ps(factor);
   for (int j0 = 0; j0 < nb_pad; j0 += kScoreKeys) {
@@ -683,6 +691,33 @@ ERNIE_BF16_TARGET inline void pair_scores(const Problem& p, int t_pad, int rv0, 
     }
     for (int k = 0; k < kScoreKeys; ++k)
       for (int b = 0; b < RV; ++b) _mm512_storeu_ps(p.s + (j0 + k) * t_pad + (rv0 + b) * kWidth, _mm512_mul_ps(acc[k][b], scale));
+  }
+}
+
+// S[j][0 .. kDotRows) likewise for a decode-sized tile: vectorised over head_dim, 32
+// elements per vdpbf16ps, 2 keys x 8 rows of partial sums folded into 16 scores by
+// transpose_sum (its lane k · 8 + r holds key k, row r).
+ERNIE_BF16_TARGET inline void dot_pair_scores(const Problem& p, int t_pad, const uint8_t* const* krow, int nb_pad,
+                                              float factor) {
+  constexpr int kKeys = 2;
+  static_assert(kKeys * kDotRows == kWidth && kScoreKeys % kKeys == 0);
+  const __m512 scale = _mm512_set1_ps(factor);
+  const auto* q = reinterpret_cast<const uint8_t*>(p.qt);
+  const size_t row_bytes = sizeof(uint16_t) * static_cast<size_t>(p.head_dim);
+  for (int j0 = 0; j0 < nb_pad; j0 += kKeys) {
+    __m512 acc[kKeys * kDotRows];
+    for (__m512& a : acc) a = _mm512_setzero_ps();
+    for (size_t offset = 0; offset < row_bytes; offset += 64) {
+      __m512bh key[kKeys];
+      for (int k = 0; k < kKeys; ++k) key[k] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(krow[j0 + k] + offset));
+      for (int r = 0; r < kDotRows; ++r) {
+        const __m512bh query = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + r * row_bytes + offset));
+        for (int k = 0; k < kKeys; ++k) acc[k * kDotRows + r] = _mm512_dpbf16_ps(acc[k * kDotRows + r], query, key[k]);
+      }
+    }
+    alignas(64) float scores[kWidth];
+    _mm512_store_ps(scores, _mm512_mul_ps(reinterpret_cast<__m512>(transpose_sum<L16>(reinterpret_cast<const v16f*>(acc))), scale));
+    for (int k = 0; k < kKeys; ++k) std::memcpy(p.s + (j0 + k) * t_pad, scores + k * kDotRows, sizeof(float) * kDotRows);
   }
 }
 
@@ -744,8 +779,10 @@ ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
   const int64_t max_limit = p.all_keys > 0 ? p.all_keys - 1 : p.first_position + (r0 + rows - 1) / p.group;
   const float factor = p.scale * 1.4426950408889634f;
 
+  // Rows past the last group of kPvRows are padding: P·V skips them.
+  const int pv_rows = static_cast<int>(round_up(static_cast<size_t>(rows), kPvRows));
   load_query_pairs(p, r0, rows, t_pad, max_limit);
-  std::fill(p.o, p.o + static_cast<size_t>(t_pad) * p.o_stride, 0.0f);
+  std::fill(p.o, p.o + static_cast<size_t>(pv_rows) * p.o_stride, 0.0f);
 
   const uint8_t* krow[kBlockKeys];
   const uint8_t* vrow[kBlockKeys];
@@ -761,14 +798,19 @@ ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
       krow[j] = static_cast<const uint8_t*>(p.key_rows[at]) + head_offset;
       vrow[j] = static_cast<const uint8_t*>(p.value_rows[at]) + head_offset;
     }
-    int rv = 0;
-    for (; rv + kScoreVectors <= t_pad / kWidth; rv += kScoreVectors) pair_scores<kScoreVectors>(p, t_pad, rv, krow, nb_pad, factor);
-    for (; rv + 2 <= t_pad / kWidth; rv += 2) pair_scores<2>(p, t_pad, rv, krow, nb_pad, factor);
-    for (; rv < t_pad / kWidth; ++rv) pair_scores<1>(p, t_pad, rv, krow, nb_pad, factor);
+    if (rows <= kDotRows) {
+      dot_pair_scores(p, t_pad, krow, nb_pad, factor);
+    } else {
+      int rv = 0;
+      for (; rv + kScoreVectors <= t_pad / kWidth; rv += kScoreVectors)
+        outer_pair_scores<kScoreVectors>(p, t_pad, rv, krow, nb_pad, factor);
+      for (; rv + 2 <= t_pad / kWidth; rv += 2) outer_pair_scores<2>(p, t_pad, rv, krow, nb_pad, factor);
+      for (; rv < t_pad / kWidth; ++rv) outer_pair_scores<1>(p, t_pad, rv, krow, nb_pad, factor);
+    }
 
     softmax_block<Softmax>(p, t_pad, nb_pad, k0, k0 + nb_pad - 1 > min_limit);
     pair_block(p, t_pad, vrow, nb_pad);
-    for (int r = 0; r < t_pad; r += kPvRows) {
+    for (int r = 0; r < pv_rows; r += kPvRows) {
       int c = 0;
       for (; c + kPvVectors * kWidth <= hd; c += kPvVectors * kWidth) pair_accumulate<kPvVectors>(p, t_pad, r, nb_pad / 2, c);
       for (; c < hd; c += kWidth) pair_accumulate<1>(p, t_pad, r, nb_pad / 2, c);
@@ -805,14 +847,12 @@ Kernel select_kernel() {
 
 }  // namespace
 
-bool attention_uses_bf16_products(const AttentionShape& shape, int num_queries) {
+bool attention_uses_bf16_products(const AttentionShape& shape) {
 #if defined(__x86_64__)
   static const bool available = active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16;
-  return available && bf16_products_enabled() && shape.storage == KvStorage::kBF16 && shape.head_dim % 32 == 0 &&
-         static_cast<int64_t>(num_queries) * (shape.heads / shape.kv_heads) > kDotRows;
+  return available && bf16_products_enabled() && shape.storage == KvStorage::kBF16 && shape.head_dim % 32 == 0;
 #else
   (void)shape;
-  (void)num_queries;
   return false;
 #endif
 }
@@ -855,7 +895,7 @@ void run_attention(const AttentionShape& shape, const void* const* key_rows, con
   p.storage = shape.storage;
   carve_scratch(reinterpret_cast<float*>(aligned), p);
 #if defined(__x86_64__)
-  if (attention_uses_bf16_products(shape, num_queries)) {
+  if (attention_uses_bf16_products(shape)) {
     bf16_products::attend(p);
     return;
   }

@@ -70,14 +70,14 @@ void causal_attention_group(const AttentionShape& shape, const void* const* key_
                             int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
                             float* out, int64_t out_stride, AttentionScratch& scratch);
 
-// Whether a call of num_queries tokens multiplies in bf16: with bf16 products switched on
-// (set_bf16_products, kernels/matmul.h) on a CPU with AVX512-BF16, a bf16 cache, head_dim
-// a multiple of 32 and more than 8 rows (query tokens x heads of the group; decode-sized
-// calls keep fp32). Such a call rounds the queries to bf16 (the scale multiplies the fp32
-// scores after) and the softmax probabilities to bf16 for P·V, as flash attention on
-// bf16 tensors does; scores, softmax and sums stay fp32. Each probability's rounding
-// moves the output by at most 2^-8 of max|v|.
-bool attention_uses_bf16_products(const AttentionShape& shape, int num_queries);
+// Whether calls with this shape multiply in bf16: with bf16 products switched on
+// (set_bf16_products, kernels/matmul.h) on a CPU with AVX512-BF16, a bf16 cache and
+// head_dim a multiple of 32. Such a call rounds the queries to bf16 (the scale multiplies
+// the fp32 scores after) and the softmax probabilities to bf16 for P·V, as flash
+// attention on bf16 tensors does; scores, softmax and sums stay fp32. Each probability's
+// rounding moves the output by at most 2^-8 of max|v|. Decode-sized calls and prefill
+// tiles alike.
+bool attention_uses_bf16_products(const AttentionShape& shape);
 
 // The same without the causal mask: every one of the num_queries query tokens (q rows as
 // above) sees all keys 0 .. num_keys - 1 (the vision transformer's attention within one

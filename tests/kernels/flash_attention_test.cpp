@@ -140,7 +140,7 @@ void check_case(const Case& c, AttentionScratch& scratch, uint64_t seed) {
         ASSERT_EQ(out[static_cast<size_t>(i * out_stride + x)], sentinel) << "token " << i << " float " << x;
   }
 
-  const bool bf16_products = attention_uses_bf16_products(shape, c.num_queries);
+  const bool bf16_products = attention_uses_bf16_products(shape);
   std::vector<float> reference_q = q;
   if (bf16_products)
     for (float& x : reference_q) x = bf16_to_f32(f32_to_bf16(x));
@@ -251,9 +251,10 @@ TEST(FlashAttention, BidirectionalSeesEveryKey) {
   }
 }
 
-// bf16 products switched on, as `ernie serve` does: bf16 rows of prefill-sized calls with
-// head_dim in whole 32s multiply in bf16 (where the CPU has AVX512-BF16); every other call
-// keeps fp32, and each is checked against its documented numerics.
+// bf16 products switched on, as `ernie serve` does: bf16 rows with head_dim in whole 32s
+// multiply in bf16 (where the CPU has AVX512-BF16), decode-sized calls (up to 8 rows) and
+// prefill tiles alike; every other call keeps fp32, and each is checked against its
+// documented numerics.
 TEST(FlashAttention, Bf16ProductsMatchTheRoundedQueryReference) {
   struct ProductsOn {
     ProductsOn() { set_bf16_products(true); }
@@ -261,10 +262,9 @@ TEST(FlashAttention, Bf16ProductsMatchTheRoundedQueryReference) {
   } on;
   const bool cpu_has_them = active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16;
   const AttentionShape prefill{16, 2, 128, 0.088f, KvStorage::kBF16};
-  EXPECT_EQ(attention_uses_bf16_products(prefill, 64), cpu_has_them);
-  EXPECT_FALSE(attention_uses_bf16_products(prefill, 1));  // decode: 8 rows
-  EXPECT_FALSE(attention_uses_bf16_products({16, 2, 128, 0.088f, KvStorage::kF32}, 64));
-  EXPECT_FALSE(attention_uses_bf16_products({16, 2, 80, 0.1f, KvStorage::kBF16}, 64));
+  EXPECT_EQ(attention_uses_bf16_products(prefill), cpu_has_them);
+  EXPECT_FALSE(attention_uses_bf16_products({16, 2, 128, 0.088f, KvStorage::kF32}));
+  EXPECT_FALSE(attention_uses_bf16_products({16, 2, 80, 0.1f, KvStorage::kBF16}));
   if (!cpu_has_them) std::printf("note: no AVX512-BF16 here, so every call below runs the fp32 kernels\n");
 
   AttentionScratch scratch;

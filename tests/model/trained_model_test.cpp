@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -96,7 +97,8 @@ TEST_P(TrainedModelTest, Bf16ProductsKeepTorchsPredictions) {
     const float* theirs = expected.data() + row * vocab;
     same_top += std::max_element(ours, ours + vocab) - ours == std::max_element(theirs, theirs + vocab) - theirs;
   }
-  EXPECT_LE(worst, 0.1f);  // measured: 0.040 (dense), 0.026 (MoE)
+  std::printf("[%s] bf16 products: max |logit - torch's| %.4f\n", GetParam().c_str(), worst);
+  EXPECT_LE(worst, 0.1f);  // measured: 0.035 (dense), 0.028 (MoE), with bf16 attention products
   EXPECT_EQ(same_top, ids.size());
 
   const nlohmann::json eval = nlohmann::json::parse(testing::read_file(model_dir() + "/eval.json"));
@@ -106,7 +108,8 @@ TEST_P(TrainedModelTest, Bf16ProductsKeepTorchsPredictions) {
   const PerplexityResult ours = evaluate_perplexity(*model, tokens, eval.at("context").get<int64_t>());
   set_bf16_products(false);
   const double torch = eval.at("perplexity").get<double>();
-  EXPECT_NEAR(ours.perplexity, torch, 0.002 * torch);  // measured: within 0.006%
+  std::printf("[%s] bf16 products: held-out perplexity %.4f, torch's %.4f\n", GetParam().c_str(), ours.perplexity, torch);
+  EXPECT_NEAR(ours.perplexity, torch, 0.002 * torch);  // measured: within 0.01%
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, TrainedModelTest, ::testing::Values("ernie-4.5-kjv-dense", "ernie-4.5-kjv-moe"),

@@ -464,6 +464,9 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
       })) {
     for (const WeightMatrix* w : weights) count_streamed(*w);
     matmul_integer_group(pool, input.int8_for(pool, first), weights, outputs);
+  } else if (all([](const WeightMatrix* w) { return w->format == WeightFormat::kBf16Packed; })) {
+    for (const WeightMatrix* w : weights) count_streamed(*w);
+    matmul_bf16_packed_group(pool, input.x(), input.n(), weights, outputs);
   } else {
     for (size_t i = 0; i < weights.size(); ++i) matmul(pool, input, *weights[i], outputs[i]);
   }

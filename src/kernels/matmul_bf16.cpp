@@ -366,10 +366,26 @@ void unpack_bf16_row(const WeightMatrix& packed, int64_t r, uint16_t* out) {
 }
 
 void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
-  if (w.format != WeightFormat::kBf16Packed) fail("matmul_bf16_packed takes a packed bf16 weight");
+  const WeightMatrix* ws[1] = {&w};
+  float* ys[1] = {y};
+  matmul_bf16_packed_group(pool, x, n, ws, ys);
+}
+
+void matmul_bf16_packed_group(ThreadPool& pool, const float* x, int64_t n, std::span<const WeightMatrix* const> ws,
+                              std::span<float* const> ys) {
+  constexpr size_t kMaxWeights = 4;
+  if (ws.empty() || ws.size() > kMaxWeights || ws.size() != ys.size())
+    fail("matmul_bf16_packed_group takes 1 to 4 weights, each with an output");
+  for (const WeightMatrix* w : ws) {
+    if (w->format != WeightFormat::kBf16Packed) fail("matmul_bf16_packed takes a packed bf16 weight");
+    if (w->cols != ws[0]->cols) fail("matmul_bf16_packed_group: the weights take ", ws[0]->cols, " and ", w->cols, " inputs");
+  }
   if (n == 0) return;
-  const int64_t kp = even_cols(w.cols);
-  const int64_t panels = panel_count(w.rows);
+  const int64_t cols = ws[0]->cols, kp = even_cols(cols), chunks = token_chunks(n);
+  // Units (panel x token chunk) of weight i: [first_unit[i], first_unit[i + 1]).
+  int64_t first_unit[kMaxWeights + 1] = {0};
+  for (size_t i = 0; i < ws.size(); ++i) first_unit[i + 1] = first_unit[i] + panel_count(ws[i]->rows) * chunks;
+  const auto units = static_cast<size_t>(first_unit[ws.size()]);
   // Decode streams the weights: a contiguous share per thread, the first done helping
   // with the back of the other's (ThreadPool::parallel_streams). Prefill is bound by
   // arithmetic: its units are one panel for one chunk of tokens, claimed in turn, so the
@@ -377,10 +393,21 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
   // neighbours, so a thread keeps the panel in its L2 across them. On a 0.3B bf16
   // prefill, units of a few panels for all tokens left one thread waiting for the other
   // 8% of the time; these units gave 3% more tokens/s (12 alternating rounds), while
-  // chunk-major ones, which stream every panel once per chunk, gave 13% fewer.
+  // chunk-major ones, which stream every panel once per chunk, gave 13% fewer. Weights
+  // that share the input (q, k, v; gate, up) are one loop over all their units, after
+  // one rounding of the activations.
   const auto split = [&](FunctionRef<void(size_t, size_t)> body) {
-    if (n <= kStreamingTokens) pool.parallel_streams(static_cast<size_t>(panels), 1, body);
-    else pool.parallel_for(static_cast<size_t>(panels * token_chunks(n)), 1, body);
+    if (n <= kStreamingTokens) pool.parallel_streams(units, 1, body);
+    else pool.parallel_for(units, 1, body);
+  };
+  // Runs multiply(weight, local begin, local end) for the part of units [begin, end)
+  // that falls in each weight.
+  const auto per_weight = [&](size_t begin, size_t end, auto multiply) {
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const int64_t u0 = std::max(static_cast<int64_t>(begin), first_unit[i]);
+      const int64_t u1 = std::min(static_cast<int64_t>(end), first_unit[i + 1]);
+      if (u0 < u1) multiply(i, u0 - first_unit[i], u1 - first_unit[i]);
+    }
   };
   // Rounds the activations' rows [t0, t1) with round_range(t0, t1): over the pool
   // for prefill, so no thread waits while one rounds them all.
@@ -399,29 +426,33 @@ void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const Weigh
     std::vector<float>& xf = rounded_float_activations();
     if (xf.size() < static_cast<size_t>(n * stride)) xf.resize(static_cast<size_t>(n * stride));
     round_tokens([&](int64_t t0, int64_t t1) {
-      round_rows_to_floats_avx2(x + t0 * w.cols, t1 - t0, w.cols, stride, xf.data() + t0 * stride);
+      round_rows_to_floats_avx2(x + t0 * cols, t1 - t0, cols, stride, xf.data() + t0 * stride);
     });
     const auto row_of = [&](int64_t t) { return static_cast<const float*>(xf.data() + t * stride); };
     split([&](size_t begin, size_t end) {
-      multiply_units<kTileTokens>(n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y, row_of, panel_avx2);
+      per_weight(begin, end, [&](size_t i, int64_t u0, int64_t u1) {
+        multiply_units<kTileTokens>(n, *ws[i], u0, u1, ys[i], row_of, panel_avx2);
+      });
     });
     return;
   }
 #endif
   std::vector<uint16_t>& xb = rounded_activations();
   if (xb.size() < static_cast<size_t>(n * kp)) xb.resize(static_cast<size_t>(n * kp));
-  round_tokens([&](int64_t t0, int64_t t1) { round_rows(x + t0 * w.cols, t1 - t0, w.cols, kp, xb.data() + t0 * kp); });
+  round_tokens([&](int64_t t0, int64_t t1) { round_rows(x + t0 * cols, t1 - t0, cols, kp, xb.data() + t0 * kp); });
   const auto row_of = [&](int64_t t) { return reinterpret_cast<const uint32_t*>(xb.data() + t * kp); };
   const auto panel = [](const uint16_t* weights, int groups, int64_t pairs, const uint32_t* const* xs, int tokens,
-                        float* const* ys, int64_t first_row, int64_t valid_rows, bool streaming) {
+                        float* const* outs, int64_t first_row, int64_t valid_rows, bool streaming) {
 #if defined(__x86_64__)
-    if (has_bf16_instructions()) return panel_avx512(weights, groups, pairs, xs, tokens, ys, first_row, valid_rows, streaming);
+    if (has_bf16_instructions()) return panel_avx512(weights, groups, pairs, xs, tokens, outs, first_row, valid_rows, streaming);
 #endif
     (void)streaming;
-    generic_panel(weights, groups, pairs, xs, tokens, ys, first_row, valid_rows);
+    generic_panel(weights, groups, pairs, xs, tokens, outs, first_row, valid_rows);
   };
   split([&](size_t begin, size_t end) {
-    multiply_units<kTileTokens>(n, w, static_cast<int64_t>(begin), static_cast<int64_t>(end), y, row_of, panel);
+    per_weight(begin, end, [&](size_t i, int64_t u0, int64_t u1) {
+      multiply_units<kTileTokens>(n, *ws[i], u0, u1, ys[i], row_of, panel);
+    });
   });
 }
 

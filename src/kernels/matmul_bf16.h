@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "tensor/weight_matrix.h"
 #include "util/thread_pool.h"
@@ -48,5 +49,9 @@ uint64_t packed_bf16_bytes(int64_t rows, int64_t cols);
 // multiply-adds of the same exact products on AVX2, else the same sums (in the same
 // order as vdpbf16ps, with fp32 multiply-adds) on any CPU.
 void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y);
+// The same for 1 to 4 packed weights that take the same input (ys[i] = bf16(x) · ws[i]ᵀ):
+// the activations are rounded once and all the weights' work is one parallel loop.
+void matmul_bf16_packed_group(ThreadPool& pool, const float* x, int64_t n, std::span<const WeightMatrix* const> ws,
+                              std::span<float* const> ys);
 
 }  // namespace ernie

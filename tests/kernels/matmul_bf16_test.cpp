@@ -105,5 +105,36 @@ TEST(MatmulBf16Test, ATokensResultDoesNotDependOnItsBatch) {
   }
 }
 
+// Weights that share an input (q, k, v) go through matmul_shared_input as one loop; each
+// output is bitwise what its own matmul gives, whatever the weights' row counts.
+TEST(MatmulBf16Test, SharedInputGroupEqualsEachWeightAlone) {
+  ThreadPool pool(2);
+  constexpr int64_t kCols = 129;
+  const OwnedDense a = random_bf16(130, kCols, 11), b = random_bf16(19, kCols, 12), c = random_bf16(64, kCols, 13);
+  const WeightMatrix packed[] = {pack_bf16_weight(a.matrix), pack_bf16_weight(b.matrix), pack_bf16_weight(c.matrix)};
+  for (int64_t n : {1, 2, 3, 70}) {
+    const std::vector<float> x = random_activations(n, kCols, static_cast<uint64_t>(20 + n));
+    std::vector<float> grouped[3], alone(static_cast<size_t>(n * 130));
+    for (int i = 0; i < 3; ++i) grouped[i].assign(static_cast<size_t>(n * packed[i].rows), -1.0f);
+    const WeightMatrix* ws[] = {&packed[0], &packed[1], &packed[2]};
+    float* ys[] = {grouped[0].data(), grouped[1].data(), grouped[2].data()};
+    MatmulInput input;
+    input.reset(x.data(), n, kCols);
+    matmul_shared_input(pool, input, ws, ys);
+    for (int i = 0; i < 3; ++i) {
+      matmul(pool, x.data(), n, packed[i], alone.data());
+      ASSERT_EQ(0, std::memcmp(alone.data(), grouped[i].data(), grouped[i].size() * sizeof(float)))
+          << "n=" << n << " weight " << i;
+    }
+  }
+  const OwnedDense narrow = random_bf16(8, 64, 14);
+  const WeightMatrix other = pack_bf16_weight(narrow.matrix);
+  const WeightMatrix* mixed[] = {&packed[0], &other};
+  std::vector<float> y0(130), y1(8);
+  float* ys[] = {y0.data(), y1.data()};
+  const std::vector<float> x = random_activations(1, kCols, 30);
+  EXPECT_THROW(matmul_bf16_packed_group(pool, x.data(), 1, mixed, ys), Error);
+}
+
 }  // namespace
 }  // namespace ernie

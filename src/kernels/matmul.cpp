@@ -381,10 +381,6 @@ void matmul_float(ThreadPool& pool, const float* x, int64_t n, const WeightMatri
   });
 }
 
-bool is_integer(const WeightMatrix& w) {
-  return w.format == WeightFormat::kInt8 || w.format == WeightFormat::kInt4 || w.format == WeightFormat::kInt6;
-}
-
 std::atomic<bool> bf16_products{false};
 std::atomic<uint64_t> streamed_weight_bytes{0};
 
@@ -397,6 +393,10 @@ void quantize_token_for(const WeightMatrix& w, const float* x, int64_t t, Quanti
 void count_streamed(const WeightMatrix& w) { streamed_weight_bytes.fetch_add(weight_bytes(w), std::memory_order_relaxed); }
 
 }  // namespace
+
+bool is_integer(const WeightMatrix& w) {
+  return w.format == WeightFormat::kInt8 || w.format == WeightFormat::kInt4 || w.format == WeightFormat::kInt6;
+}
 
 void set_bf16_products(bool enabled) { bf16_products.store(enabled, std::memory_order_relaxed); }
 bool bf16_products_enabled() { return bf16_products.load(std::memory_order_relaxed); }
@@ -470,6 +470,42 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
   } else {
     for (size_t i = 0; i < weights.size(); ++i) matmul(pool, input, *weights[i], outputs[i]);
   }
+}
+
+void matmul_batch(ThreadPool& pool, std::span<MatmulInput* const> inputs, std::span<const WeightMatrix* const> weights,
+                  std::span<float* const> outputs) {
+  if (inputs.size() != weights.size() || weights.size() != outputs.size())
+    fail("matmul_batch takes one input and one output per weight");
+  for (size_t i = 0; i < weights.size(); ++i)
+    if (inputs[i]->cols() != weights[i]->cols)
+      fail("matmul: input width ", inputs[i]->cols(), " does not match the weight's ", weights[i]->cols);
+  // One loop needs integer weights, and weights that read one input must want the same
+  // quantized form of it (int8_for keeps one).
+  const auto same_form = [](const WeightMatrix& a, const WeightMatrix& b) {
+    return a.group == b.group && a.input_absmax == b.input_absmax && a.input_hadamard == b.input_hadamard;
+  };
+  bool together = weights.size() <= kMaxBatchWeights;
+  for (size_t i = 0; together && i < weights.size(); ++i) {
+    together = is_integer(*weights[i]);
+    for (size_t j = 0; together && j < i; ++j)
+      together = inputs[j] != inputs[i] || same_form(*weights[j], *weights[i]);
+  }
+  if (!together) {
+    for (size_t i = 0; i < weights.size(); ++i) matmul(pool, *inputs[i], *weights[i], outputs[i]);
+    return;
+  }
+  const QuantizedActivations* xs[kMaxBatchWeights];
+  const WeightMatrix* ws[kMaxBatchWeights];
+  float* ys[kMaxBatchWeights];
+  size_t count = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (inputs[i]->n() == 0) continue;
+    count_streamed(*weights[i]);
+    xs[count] = &inputs[i]->int8_for(pool, *weights[i]);
+    ws[count] = weights[i];
+    ys[count++] = outputs[i];
+  }
+  if (count > 0) matmul_integer_batch(pool, std::span(xs, count), std::span(ws, count), std::span(ys, count));
 }
 
 void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {

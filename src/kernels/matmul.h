@@ -39,12 +39,24 @@ class MatmulInput {
   std::vector<float> fp8_;
 };
 
+// Whether w is in an integer format (int8, int4, int6) the integer kernels multiply.
+bool is_integer(const WeightMatrix& w);
+
 // y[n, w.rows] = x · Wᵀ for any weight format.
 void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* y);
 // y_i = x · W_iᵀ for up to 4 weights that read the same input (q, k and v; gate and
 // up): in one parallel loop where their kernels allow it, else one after another.
 void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const WeightMatrix* const> weights,
                          std::span<float* const> outputs);
+
+// y_i = x_i · W_iᵀ, each weight with its own input (an input may serve several weights:
+// an expert's gate and up), in one parallel loop where every weight is integer (at most
+// kMaxBatchWeights, kernels/matmul_integer.h), else one after another: a MoE decode
+// step's experts stream as one run. Each y_i is bitwise what matmul(pool, *x_i, W_i, y_i)
+// gives.
+inline constexpr size_t kMaxBatchWeights = 32;
+void matmul_batch(ThreadPool& pool, std::span<MatmulInput* const> inputs, std::span<const WeightMatrix* const> weights,
+                  std::span<float* const> outputs);
 
 // The same for a one-off input (its quantization buffers are per thread and reused).
 void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y);

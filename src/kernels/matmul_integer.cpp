@@ -519,12 +519,9 @@ std::vector<float>& int4_offset_buffer() {
   return offsets;
 }
 
-const float* int4_offsets(const QuantizedActivations& x, int32_t offset) {
-  std::vector<float>& offsets = int4_offset_buffer();
-  offsets.resize(x.sums.size());
-  for (size_t i = 0; i < offsets.size(); ++i)
-    offsets[i] = static_cast<float>(offset) * x.scales[i] * static_cast<float>(x.sums[i]);
-  return offsets.data();
+// Writes x's x.sums.size() offsets at `out`.
+void fill_int4_offsets(const QuantizedActivations& x, int32_t offset, float* out) {
+  for (size_t i = 0; i < x.sums.size(); ++i) out[i] = static_cast<float>(offset) * x.scales[i] * static_cast<float>(x.sums[i]);
 }
 
 // Whether `kernel` takes int4's offset from int4_offsets (the AVX2 tiles) rather than
@@ -560,10 +557,17 @@ void matmul_integer(ThreadPool& pool, const QuantizedActivations& x, const Weigh
 
 void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::span<const WeightMatrix* const> ws,
                           std::span<float* const> ys) {
+  if (ws.size() > 4) fail("matmul_integer_group takes 1 to 4 weights");
+  const QuantizedActivations* xs[4] = {&x, &x, &x, &x};
+  matmul_integer_batch(pool, std::span(xs, ws.size()), ws, ys);
+}
+
+void matmul_integer_batch(ThreadPool& pool, std::span<const QuantizedActivations* const> xs,
+                          std::span<const WeightMatrix* const> ws, std::span<float* const> ys) {
   static const PanelKernel kernel = select_kernel();
   static const bool wants_int4_offsets = reads_int4_offsets(kernel);
-  constexpr size_t kMaxWeights = 4;
-  if (ws.size() > kMaxWeights || ws.size() != ys.size()) fail("matmul_integer_group takes 1 to 4 weights");
+  if (ws.empty() || ws.size() > kMaxBatchWeights || ws.size() != ys.size() || ws.size() != xs.size())
+    fail("matmul_integer_batch takes 1 to ", kMaxBatchWeights, " weights, each with its activations and output");
   // Work is split in units of panels so every thread streams its own share of the
   // weights. Decode (few tokens) is bound by memory: parallel_streams gives each thread
   // one contiguous share, as long a stream as there can be (measured on the 0.3B shape at
@@ -571,18 +575,35 @@ void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::
   // with its share takes single panels off the back of the other's. Prefill is bound by
   // arithmetic: units of 3 panels (one 4x3 tile column) even out the threads' shares, at
   // the cost of re-reading activations from cache.
-  IntegerWeight described[kMaxWeights];
-  const float* offsets = nullptr;  // the same for every int4 weight of the group
+  IntegerWeight described[kMaxBatchWeights];
+  // Whether weight i reads the activations of int4 weight i - 1 (gate and up): it shares
+  // their offsets.
+  const auto same_int4_input = [&](size_t i) { return i > 0 && xs[i] == xs[i - 1] && described[i - 1].bits == 4; };
+  bool decode = true;
+  size_t offset_floats = 0;  // int4 offsets of every distinct activation (AVX2 tiles)
   for (size_t i = 0; i < ws.size(); ++i) {
     described[i] = describe(*ws[i]);
-    if (described[i].bits == 4 && wants_int4_offsets) {
-      if (offsets == nullptr) offsets = int4_offsets(x, described[i].offset);
-      described[i].int4_offsets = offsets;
+    decode = decode && xs[i]->n < kDecodeRows;
+    if (described[i].bits == 4 && wants_int4_offsets && !same_int4_input(i)) offset_floats += xs[i]->sums.size();
+  }
+  if (offset_floats > 0) {
+    // One buffer for all, sized before any pointer into it is taken.
+    std::vector<float>& offsets = int4_offset_buffer();
+    offsets.resize(offset_floats);
+    float* next = offsets.data();
+    for (size_t i = 0; i < ws.size(); ++i) {
+      if (described[i].bits != 4) continue;
+      if (same_int4_input(i)) {
+        described[i].int4_offsets = described[i - 1].int4_offsets;
+        continue;
+      }
+      fill_int4_offsets(*xs[i], described[i].offset, next);
+      described[i].int4_offsets = next;
+      next += xs[i]->sums.size();
     }
   }
-  const bool decode = x.n < kDecodeRows;
   const int64_t unit = decode ? 1 : 3;
-  int64_t first_unit[kMaxWeights + 1] = {0};  // units of weight i: [first_unit[i], first_unit[i + 1])
+  int64_t first_unit[kMaxBatchWeights + 1] = {0};  // units of weight i: [first_unit[i], first_unit[i + 1])
   for (size_t i = 0; i < ws.size(); ++i) {
     const int64_t panels = described[i].prows / kQuantPanelRows;
     first_unit[i + 1] = first_unit[i] + (panels + unit - 1) / unit;
@@ -594,7 +615,7 @@ void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::
       const int64_t u1 = std::min(static_cast<int64_t>(end), first_unit[i + 1]);
       if (u0 >= u1) continue;
       const int64_t panels = described[i].prows / kQuantPanelRows;
-      kernel(x, described[i], (u0 - first_unit[i]) * unit, std::min(panels, (u1 - first_unit[i]) * unit), ys[i]);
+      kernel(*xs[i], described[i], (u0 - first_unit[i]) * unit, std::min(panels, (u1 - first_unit[i]) * unit), ys[i]);
     }
   };
   const auto units = static_cast<size_t>(first_unit[ws.size()]);

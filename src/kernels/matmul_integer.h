@@ -6,6 +6,7 @@
 
 #include <span>
 
+#include "kernels/matmul.h"
 #include "kernels/quantize.h"
 #include "util/thread_pool.h"
 
@@ -17,6 +18,14 @@ void matmul_integer(ThreadPool& pool, const QuantizedActivations& x, const Weigh
 // one parallel loop: fewer hand-offs, and the threads' shares even out across them.
 void matmul_integer_group(ThreadPool& pool, const QuantizedActivations& x, std::span<const WeightMatrix* const> ws,
                           std::span<float* const> ys);
+
+// Independent products, each weight with its own activations (a MoE decode step's
+// experts: every expert's gate and up on its tokens, then every down on its own), up to
+// kMaxBatchWeights (kernels/matmul.h), in one parallel loop: decode streams all the
+// weights as one run split between the threads, as it streams one large matrix. Each y_i
+// is bitwise what matmul_integer(pool, *xs[i], *ws[i], ys[i]) gives.
+void matmul_integer_batch(ThreadPool& pool, std::span<const QuantizedActivations* const> xs,
+                          std::span<const WeightMatrix* const> ws, std::span<float* const> ys);
 
 // Sizes the calling thread's buffers for products of up to `max_tokens` activation rows
 // of up to `max_cols` inputs, so later ones on this thread allocate nothing.

@@ -650,7 +650,7 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
       routed[offset[expert] + count[expert]++] = {static_cast<int32_t>(t), chosen_weight[t * top_k + j]};
     }
 
-  if (experts_on_threads(moe, input, n, out)) return;
+  if (experts_streamed(moe, input, n, out) || experts_on_threads(moe, input, n, out)) return;
   // Each expert runs on its gathered tokens and scatters back scaled by its weight.
   for (int expert = 0; expert < e; ++expert) {
     const int64_t tokens = count[expert];
@@ -680,47 +680,112 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
   }
 }
 
-bool ErnieModel::experts_on_threads(const MoeWeights& moe, const float* input, int64_t n, float* out) {
-  const int64_t h = config_.hidden_size;
+int64_t ErnieModel::decode_sized_active_experts(const MoeWeights& moe) {
   const int e = config_.moe->num_experts;
   const int32_t* count = expert_count_.data();
-  const int32_t* offset = expert_offset_.data();
   // Whole experts only: the parts of a tensor-parallel expert are summed across ranks.
-  if (moe.expert_parts != 1 || pool_.num_threads() < 2) return false;
+  if (moe.expert_parts != 1 || pool_.num_threads() < 2) return 0;
   int32_t* active = sized(active_experts_, e);
   int64_t num_active = 0;
   for (int expert = 0; expert < e; ++expert) {
     // Decode-sized only: with more tokens an expert is bound by arithmetic, which its
     // own parallel matmuls spread better.
-    if (count[expert] >= kDecodeRows) return false;
+    if (count[expert] >= kDecodeRows) return 0;
     if (count[expert] > 0 && !moe.experts[static_cast<size_t>(expert)].gate.empty()) active[num_active++] = expert;
   }
+  // Each expert's working memory is its own, not a thread's: whichever thread runs an
+  // expert, a batch shape seen before finds its buffers sized.
+  if (expert_scratch_.size() < static_cast<size_t>(e)) expert_scratch_.resize(static_cast<size_t>(e));
+  return num_active;
+}
+
+float* ErnieModel::gather_expert_input(int32_t expert, const float* input) {
+  const int64_t h = config_.hidden_size, tokens = expert_count_[static_cast<size_t>(expert)];
+  const Routing* mine = routed_.data() + expert_offset_[static_cast<size_t>(expert)];
+  ExpertScratch& scratch = expert_scratch_[static_cast<size_t>(expert)];
+  float* gathered = sized(scratch.gathered, tokens * h);
+  for (int64_t i = 0; i < tokens; ++i) std::copy_n(input + mine[i].token * h, h, gathered + i * h);
+  scratch.input.reset(gathered, tokens, h);
+  return gathered;
+}
+
+void ErnieModel::add_expert_outputs(const float* outputs, int64_t num_active, float* out) {
+  const int64_t h = config_.hidden_size;
+  const int32_t* active = active_experts_.data();
+  // Added in expert order, as the expert-by-expert loop adds them.
+  for (int64_t a = 0; a < num_active; ++a) {
+    const int32_t expert = active[a];
+    const Routing* mine = routed_.data() + expert_offset_[static_cast<size_t>(expert)];
+    scatter_add_rows(outputs + expert_offset_[static_cast<size_t>(expert)] * h, expert_count_[static_cast<size_t>(expert)],
+                     [&](int64_t i) -> int64_t { return mine[i].token; }, [&](int64_t i) { return mine[i].weight; }, out);
+  }
+}
+
+bool ErnieModel::experts_streamed(const MoeWeights& moe, const float* input, int64_t n, float* out) {
+  const int64_t num_active = decode_sized_active_experts(moe);
+  if (num_active == 0 || 2 * num_active > static_cast<int64_t>(kMaxBatchWeights)) return false;
+  const int32_t* active = active_experts_.data();
+  for (int64_t a = 0; a < num_active; ++a) {
+    const MlpWeights& mlp = moe.experts[static_cast<size_t>(active[a])];
+    if (!is_integer(mlp.gate) || !is_integer(mlp.up) || !is_integer(mlp.down)) return false;
+  }
+  const int64_t h = config_.hidden_size;
+  float* outputs = sized(expert_out_, n * config_.moe->top_k * h);
+  MatmulInput* inputs[kMaxBatchWeights];
+  const WeightMatrix* weights[kMaxBatchWeights];
+  float* results[kMaxBatchWeights];
+  // Every expert's gate and up, one stream over both threads.
+  for (int64_t a = 0; a < num_active; ++a) {
+    const int32_t expert = active[a];
+    const MlpWeights& mlp = moe.experts[static_cast<size_t>(expert)];
+    ExpertScratch& scratch = expert_scratch_[static_cast<size_t>(expert)];
+    gather_expert_input(expert, input);
+    const int64_t tokens = scratch.input.n(), inner = mlp.gate.rows;
+    inputs[2 * a] = inputs[2 * a + 1] = &scratch.input;
+    weights[2 * a] = &mlp.gate;
+    weights[2 * a + 1] = &mlp.up;
+    results[2 * a] = sized(scratch.gate, tokens * inner);
+    results[2 * a + 1] = sized(scratch.up, tokens * inner);
+  }
+  const auto pairs = static_cast<size_t>(2 * num_active);
+  matmul_batch(pool_, std::span(inputs, pairs), std::span(weights, pairs), std::span(results, pairs));
+  // Then every down projection on its own expert's SiLU(gate) · up.
+  for (int64_t a = 0; a < num_active; ++a) {
+    const int32_t expert = active[a];
+    const MlpWeights& mlp = moe.experts[static_cast<size_t>(expert)];
+    ExpertScratch& scratch = expert_scratch_[static_cast<size_t>(expert)];
+    const int64_t tokens = scratch.input.n(), inner = mlp.gate.rows;
+    silu_mul(scratch.gate.data(), scratch.up.data(), tokens * inner);
+    scratch.down_input.reset(scratch.gate.data(), tokens, inner);
+    inputs[a] = &scratch.down_input;
+    weights[a] = &mlp.down;
+    results[a] = outputs + expert_offset_[static_cast<size_t>(expert)] * h;
+  }
+  const auto downs = static_cast<size_t>(num_active);
+  matmul_batch(pool_, std::span(inputs, downs), std::span(weights, downs), std::span(results, downs));
+  add_expert_outputs(outputs, num_active, out);
+  return true;
+}
+
+bool ErnieModel::experts_on_threads(const MoeWeights& moe, const float* input, int64_t n, float* out) {
+  const int64_t num_active = decode_sized_active_experts(moe);
   if (num_active < static_cast<int64_t>(pool_.num_threads())) return false;
+  const int64_t h = config_.hidden_size;
+  const int32_t* active = active_experts_.data();
   // Each expert's output rows start at its offset into routed_, in the order it lists them.
   float* outputs = sized(expert_out_, n * config_.moe->top_k * h);
-  // Working memory per expert, not per thread: whichever thread runs an expert, a batch
-  // shape seen before finds its buffers sized.
-  if (expert_scratch_.size() < static_cast<size_t>(e)) expert_scratch_.resize(static_cast<size_t>(e));
-  const Routing* routed = routed_.data();
   pool_.parallel_for(static_cast<size_t>(num_active), 1, [&](size_t begin, size_t end) {
     for (size_t a = begin; a < end; ++a) {
       const int32_t expert = active[a];
       const MlpWeights& mlp = moe.experts[static_cast<size_t>(expert)];
       ExpertScratch& scratch = expert_scratch_[static_cast<size_t>(expert)];
-      const int64_t tokens = count[expert], inner = mlp.gate.rows;
-      float* gathered = sized(scratch.gathered, tokens * h);
-      for (int64_t i = 0; i < tokens; ++i) std::copy_n(input + routed[offset[expert] + i].token * h, h, gathered + i * h);
-      scratch.input.reset(gathered, tokens, h);
+      gather_expert_input(expert, input);
+      const int64_t tokens = scratch.input.n(), inner = mlp.gate.rows;
       mlp_into(this_thread_pool(), mlp, scratch.input, sized(scratch.gate, tokens * inner),
-               sized(scratch.up, tokens * inner), scratch.down_input, outputs + offset[expert] * h);
+               sized(scratch.up, tokens * inner), scratch.down_input, outputs + expert_offset_[static_cast<size_t>(expert)] * h);
     }
   });
-  // Added in expert order, as the expert-by-expert loop adds them.
-  for (int64_t a = 0; a < num_active; ++a) {
-    const Routing* mine = routed + offset[active[a]];
-    scatter_add_rows(outputs + offset[active[a]] * h, count[active[a]], [&](int64_t i) -> int64_t { return mine[i].token; },
-                     [&](int64_t i) { return mine[i].weight; }, out);
-  }
+  add_expert_outputs(outputs, num_active, out);
   return true;
 }
 

@@ -110,7 +110,8 @@ class ErnieModel final : public LanguageModel {
     int32_t token;
     float weight;
   };
-  // One expert's working memory when a pool thread runs it whole (experts_on_threads).
+  // One expert's working memory when its work is not the pool's one expert at a time
+  // (experts_streamed, experts_on_threads).
   struct ExpertScratch {
     MatmulInput input, down_input;
     std::vector<float> gathered, gate, up;
@@ -153,6 +154,22 @@ class ErnieModel final : public LanguageModel {
   // done) where that loop is better: larger batches, fewer active experts than threads,
   // experts split into tensor-parallel parts.
   bool experts_on_threads(const MoeWeights& moe, const float* input, int64_t n, float* out);
+  // routed_experts for decode-sized batches whose experts are all integer (wint8, wint4):
+  // every active expert's gate and up in one parallel loop, SiLU, then every down in
+  // another (matmul_batch), so both threads stream all the experts' weights as one run,
+  // as they stream one large matrix, and meet twice per layer. Each expert computes what
+  // it computes alone, and the outputs are added in expert order: the same bits as the
+  // loop. False (nothing done) where experts_on_threads or the loop apply instead.
+  bool experts_streamed(const MoeWeights& moe, const float* input, int64_t n, float* out);
+  // The active experts of a decode-sized batch into active_experts_ (every expert's
+  // token count below kDecodeRows, whole experts, at least two threads), with their
+  // scratch sized; 0 where none of that holds.
+  int64_t decode_sized_active_experts(const MoeWeights& moe);
+  // Gathers an expert's tokens' rows of `input` into its scratch and points its input there.
+  float* gather_expert_input(int32_t expert, const float* input);
+  // out += the active experts' output rows (at their offsets in `outputs`), each row
+  // times its routing weight, in expert order.
+  void add_expert_outputs(const float* outputs, int64_t num_active, float* out);
   // Chooses top_k experts and their weights for n rows of `input` (chosen_expert_,
   // chosen_weight_, and per-expert counts in expert_count_).
   void route(const MoeWeights& moe, const float* input, int64_t n);
@@ -202,7 +219,7 @@ class ErnieModel final : public LanguageModel {
   std::vector<int32_t> modality_rows_;         // VL: batch rows of one modality
   std::vector<float> modality_in_, modality_out_;
   MatmulInput input_, expert_input_, down_input_;
-  std::vector<ExpertScratch> expert_scratch_;  // [E], for experts_on_threads
+  std::vector<ExpertScratch> expert_scratch_;  // [E], for experts_streamed and experts_on_threads
   std::vector<TokenSlot> slots_;
   std::vector<AttentionItem> attention_items_;
   std::vector<std::vector<const void*>> key_rows_, value_rows_;

@@ -446,32 +446,48 @@ inline RowHead row_head(const Problem& p, int64_t row) {
   return {row / p.group, p.kv_head * p.group + static_cast<int>(row % p.group)};
 }
 
+// Row r of the tile starting at row r0: sets its causal limit, resets its running max
+// and sum, and returns its query (nullptr for padding rows past `rows`).
+ERNIE_INLINE const float* start_row(const Problem& p, int64_t r0, int r, int rows, int64_t max_limit) {
+  p.m[r] = -std::numeric_limits<float>::infinity();
+  p.l[r] = 0.0f;
+  if (r >= rows) {
+    // Padding rows see what the tile's last row sees, so they stay finite; they are
+    // never written out.
+    p.limit[r] = static_cast<float>(max_limit);
+    return nullptr;
+  }
+  const RowHead at = row_head(p, r0 + r);
+  p.limit[r] = static_cast<float>(p.all_keys > 0 ? p.all_keys - 1 : p.first_position + at.token);
+  return p.q + at.token * p.q_stride + static_cast<int64_t>(at.head) * p.head_dim;
+}
+
+// The tile's rows of O divided by their probability sums, into their places in p.out.
+ERNIE_INLINE void write_tile_output(const Problem& p, int64_t r0, int rows) {
+  for (int r = 0; r < rows; ++r) {
+    const RowHead at = row_head(p, r0 + r);
+    float* dst = p.out + at.token * p.out_stride + static_cast<int64_t>(at.head) * p.head_dim;
+    const float* src = p.o + static_cast<size_t>(r) * p.o_stride;
+    const float inverse = 1.0f / p.l[r];
+    for (int d = 0; d < p.head_dim; ++d) dst[d] = src[d] * inverse;
+  }
+}
+
 // Loads the tile's queries times scale·log2(e) (so scores are in the log2 domain) into
 // p.qt, transposed for kOuter, row-major with p.o_stride for kDot; padding rows are zero.
-// Also sets each row's causal limit and resets the running max and sum.
+// Also each row's causal limit and reset running max and sum (start_row).
 template <typename C>
 ERNIE_INLINE void load_queries(const Problem& p, int64_t r0, int rows, int t_pad, int64_t max_limit) {
   const int hd = p.head_dim;
   const float factor = p.scale * 1.4426950408889634f;
   for (int r = 0; r < t_pad; ++r) {
-    const float* src = nullptr;
-    if (r < rows) {
-      const RowHead at = row_head(p, r0 + r);
-      src = p.q + at.token * p.q_stride + static_cast<int64_t>(at.head) * hd;
-      p.limit[r] = static_cast<float>(p.all_keys > 0 ? p.all_keys - 1 : p.first_position + at.token);
-    } else {
-      // Padding rows see what the tile's last row sees, so they stay finite; they are
-      // never written out.
-      p.limit[r] = static_cast<float>(max_limit);
-    }
+    const float* src = start_row(p, r0, r, rows, max_limit);
     if constexpr (C::kScores == Scores::kOuter) {
       for (int d = 0; d < hd; ++d) p.qt[d * t_pad + r] = src != nullptr ? src[d] * factor : 0.0f;
     } else {
       float* dst = p.qt + static_cast<size_t>(r) * p.o_stride;
       for (int d = 0; d < p.o_stride; ++d) dst[d] = src != nullptr && d < hd ? src[d] * factor : 0.0f;
     }
-    p.m[r] = -std::numeric_limits<float>::infinity();
-    p.l[r] = 0.0f;
   }
 }
 
@@ -554,13 +570,7 @@ ERNIE_INLINE void attend_tile(const Problem& p, int64_t r0, int rows) {
     }
   }
 
-  for (int r = 0; r < rows; ++r) {
-    const RowHead at = row_head(p, r0 + r);
-    float* dst = p.out + at.token * p.out_stride + static_cast<int64_t>(at.head) * hd;
-    const float* src = p.o + static_cast<size_t>(r) * p.o_stride;
-    const float inverse = 1.0f / p.l[r];
-    for (int d = 0; d < hd; ++d) dst[d] = src[d] * inverse;
-  }
+  write_tile_output(p, r0, rows);
 }
 
 template <typename C>
@@ -650,14 +660,7 @@ ERNIE_BF16_TARGET inline void load_query_pairs(const Problem& p, int64_t r0, int
   const bool row_major = rows <= kDotRows;
   auto* pairs = reinterpret_cast<uint8_t*>(p.qt);
   for (int r = 0; r < t_pad; ++r) {
-    const float* src = nullptr;
-    if (r < rows) {
-      const RowHead at = row_head(p, r0 + r);
-      src = p.q + at.token * p.q_stride + static_cast<int64_t>(at.head) * hd;
-      p.limit[r] = static_cast<float>(p.all_keys > 0 ? p.all_keys - 1 : p.first_position + at.token);
-    } else {
-      p.limit[r] = static_cast<float>(max_limit);
-    }
+    const float* src = start_row(p, r0, r, rows, max_limit);
     if (!row_major || r < kDotRows)
       for (int i = 0; i < hd / 2; ++i) {
         const uint32_t pair = src == nullptr ? 0u
@@ -666,8 +669,6 @@ ERNIE_BF16_TARGET inline void load_query_pairs(const Problem& p, int64_t r0, int
         const size_t lane = row_major ? static_cast<size_t>(r) * hd / 2 + i : static_cast<size_t>(i) * t_pad + r;
         std::memcpy(pairs + 4 * lane, &pair, sizeof pair);
       }
-    p.m[r] = -std::numeric_limits<float>::infinity();
-    p.l[r] = 0.0f;
   }
 }
 
@@ -817,13 +818,7 @@ ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
     }
   }
 
-  for (int r = 0; r < rows; ++r) {
-    const RowHead at = row_head(p, r0 + r);
-    float* dst = p.out + at.token * p.out_stride + static_cast<int64_t>(at.head) * hd;
-    const float* src = p.o + static_cast<size_t>(r) * p.o_stride;
-    const float inverse = 1.0f / p.l[r];
-    for (int d = 0; d < hd; ++d) dst[d] = src[d] * inverse;
-  }
+  write_tile_output(p, r0, rows);
 }
 
 ERNIE_BF16_TARGET void attend(const Problem& p) {

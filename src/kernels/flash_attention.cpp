@@ -718,7 +718,12 @@ ERNIE_BF16_TARGET inline void dot_pair_scores(const Problem& p, int t_pad, const
     }
     alignas(64) float scores[kWidth];
     _mm512_store_ps(scores, _mm512_mul_ps(reinterpret_cast<__m512>(transpose_sum<L16>(reinterpret_cast<const v16f*>(acc))), scale));
-    for (int k = 0; k < kKeys; ++k) std::memcpy(p.s + (j0 + k) * t_pad, scores + k * kDotRows, sizeof(float) * kDotRows);
+    for (int k = 0; k < kKeys; ++k) {
+      float* row = p.s + (j0 + k) * t_pad;
+      std::memcpy(row, scores + k * kDotRows, sizeof(float) * kDotRows);
+      // The softmax runs over whole 16-row vectors: the padding rows score 0.
+      std::fill(row + kDotRows, row + t_pad, 0.0f);
+    }
   }
 }
 

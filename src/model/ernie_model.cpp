@@ -699,14 +699,13 @@ int64_t ErnieModel::decode_sized_active_experts(const MoeWeights& moe) {
   return num_active;
 }
 
-float* ErnieModel::gather_expert_input(int32_t expert, const float* input) {
+void ErnieModel::gather_expert_input(int32_t expert, const float* input) {
   const int64_t h = config_.hidden_size, tokens = expert_count_[static_cast<size_t>(expert)];
   const Routing* mine = routed_.data() + expert_offset_[static_cast<size_t>(expert)];
   ExpertScratch& scratch = expert_scratch_[static_cast<size_t>(expert)];
   float* gathered = sized(scratch.gathered, tokens * h);
   for (int64_t i = 0; i < tokens; ++i) std::copy_n(input + mine[i].token * h, h, gathered + i * h);
   scratch.input.reset(gathered, tokens, h);
-  return gathered;
 }
 
 void ErnieModel::add_expert_outputs(const float* outputs, int64_t num_active, float* out) {

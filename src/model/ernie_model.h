@@ -166,7 +166,7 @@ class ErnieModel final : public LanguageModel {
   // scratch sized; 0 where none of that holds.
   int64_t decode_sized_active_experts(const MoeWeights& moe);
   // Gathers an expert's tokens' rows of `input` into its scratch and points its input there.
-  float* gather_expert_input(int32_t expert, const float* input);
+  void gather_expert_input(int32_t expert, const float* input);
   // out += the active experts' output rows (at their offsets in `outputs`), each row
   // times its routing weight, in expert order.
   void add_expert_outputs(const float* outputs, int64_t num_active, float* out);

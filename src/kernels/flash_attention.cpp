@@ -615,6 +615,12 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"))) void attend_av
 //    elements ([head_dim / 2][tile rows] 32-bit lanes), so 16 rows are one load and a key's
 //    pair one 32-bit broadcast from its row. The scale (times log2 e) multiplies the fp32
 //    sums, so the queries' rounding is the only one before the softmax.
+//  - Every row is one lane throughout, summed in the same order whatever tile it is in,
+//    decode tiles (up to 8 rows, half a vector) included: a position's output is the same
+//    bits decoded alone or inside a prefill chunk. That matters more here than in fp32:
+//    the probabilities are rounded to bf16, so two sums a last bit apart can round 2^-8
+//    apart (a prefill/decode split whose decode instance recomputes the last prompt
+//    token must answer exactly as one instance does).
 //  - The softmax is the fp32 one every path runs (softmax_block).
 //  - P·V: each row's probabilities rounded to bf16 in pairs of keys ([keys / 2][tile rows])
 //    against the values of the same two keys interleaved per dim ([keys / 2][head_dim]).
@@ -648,27 +654,19 @@ ERNIE_BF16_TARGET inline __m512i pair_index(int first, int second) {
   return _mm512_load_si512(index);
 }
 
-// Tiles of up to this many rows (a decode step's group of heads) take dot_pair_scores.
-constexpr int kDotRows = 8;
-
-// The tile's queries rounded to bf16 into p.qt: for outer_pair_scores, pairs of head_dim
-// elements transposed ([head_dim / 2][t_pad] 32-bit lanes); for dot_pair_scores (rows <=
-// kDotRows), row-major [kDotRows][head_dim]. Padding rows are zero. Also each row's causal
-// limit and the reset running max and sum.
+// The tile's queries rounded to bf16, pairs of head_dim elements transposed into p.qt
+// ([head_dim / 2][t_pad] 32-bit lanes); padding rows are zero. Also each row's causal
+// limit and reset running max and sum (start_row).
 ERNIE_BF16_TARGET inline void load_query_pairs(const Problem& p, int64_t r0, int rows, int t_pad, int64_t max_limit) {
-  const int hd = p.head_dim;
-  const bool row_major = rows <= kDotRows;
   auto* pairs = reinterpret_cast<uint8_t*>(p.qt);
   for (int r = 0; r < t_pad; ++r) {
     const float* src = start_row(p, r0, r, rows, max_limit);
-    if (!row_major || r < kDotRows)
-      for (int i = 0; i < hd / 2; ++i) {
-        const uint32_t pair = src == nullptr ? 0u
-                                             : static_cast<uint32_t>(f32_to_bf16(src[2 * i])) |
-                                                   static_cast<uint32_t>(f32_to_bf16(src[2 * i + 1])) << 16;
-        const size_t lane = row_major ? static_cast<size_t>(r) * hd / 2 + i : static_cast<size_t>(i) * t_pad + r;
-        std::memcpy(pairs + 4 * lane, &pair, sizeof pair);
-      }
+    for (int i = 0; i < p.head_dim / 2; ++i) {
+      const uint32_t pair = src == nullptr ? 0u
+                                           : static_cast<uint32_t>(f32_to_bf16(src[2 * i])) |
+                                                 static_cast<uint32_t>(f32_to_bf16(src[2 * i + 1])) << 16;
+      std::memcpy(pairs + 4 * (static_cast<size_t>(i) * t_pad + r), &pair, sizeof pair);
+    }
   }
 }
 
@@ -692,38 +690,6 @@ ERNIE_BF16_TARGET inline void outer_pair_scores(const Problem& p, int t_pad, int
     }
     for (int k = 0; k < kScoreKeys; ++k)
       for (int b = 0; b < RV; ++b) _mm512_storeu_ps(p.s + (j0 + k) * t_pad + (rv0 + b) * kWidth, _mm512_mul_ps(acc[k][b], scale));
-  }
-}
-
-// S[j][0 .. kDotRows) likewise for a decode-sized tile: vectorised over head_dim, 32
-// elements per vdpbf16ps, 2 keys x 8 rows of partial sums folded into 16 scores by
-// transpose_sum (its lane k · 8 + r holds key k, row r).
-ERNIE_BF16_TARGET inline void dot_pair_scores(const Problem& p, int t_pad, const uint8_t* const* krow, int nb_pad,
-                                              float factor) {
-  constexpr int kKeys = 2;
-  static_assert(kKeys * kDotRows == kWidth && kScoreKeys % kKeys == 0);
-  const __m512 scale = _mm512_set1_ps(factor);
-  const auto* q = reinterpret_cast<const uint8_t*>(p.qt);
-  const size_t row_bytes = sizeof(uint16_t) * static_cast<size_t>(p.head_dim);
-  for (int j0 = 0; j0 < nb_pad; j0 += kKeys) {
-    __m512 acc[kKeys * kDotRows];
-    for (__m512& a : acc) a = _mm512_setzero_ps();
-    for (size_t offset = 0; offset < row_bytes; offset += 64) {
-      __m512bh key[kKeys];
-      for (int k = 0; k < kKeys; ++k) key[k] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(krow[j0 + k] + offset));
-      for (int r = 0; r < kDotRows; ++r) {
-        const __m512bh query = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + r * row_bytes + offset));
-        for (int k = 0; k < kKeys; ++k) acc[k * kDotRows + r] = _mm512_dpbf16_ps(acc[k * kDotRows + r], query, key[k]);
-      }
-    }
-    alignas(64) float scores[kWidth];
-    _mm512_store_ps(scores, _mm512_mul_ps(reinterpret_cast<__m512>(transpose_sum<L16>(reinterpret_cast<const v16f*>(acc))), scale));
-    for (int k = 0; k < kKeys; ++k) {
-      float* row = p.s + (j0 + k) * t_pad;
-      std::memcpy(row, scores + k * kDotRows, sizeof(float) * kDotRows);
-      // The softmax runs over whole 16-row vectors: the padding rows score 0.
-      std::fill(row + kDotRows, row + t_pad, 0.0f);
-    }
   }
 }
 
@@ -804,15 +770,11 @@ ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
       krow[j] = static_cast<const uint8_t*>(p.key_rows[at]) + head_offset;
       vrow[j] = static_cast<const uint8_t*>(p.value_rows[at]) + head_offset;
     }
-    if (rows <= kDotRows) {
-      dot_pair_scores(p, t_pad, krow, nb_pad, factor);
-    } else {
-      int rv = 0;
-      for (; rv + kScoreVectors <= t_pad / kWidth; rv += kScoreVectors)
-        outer_pair_scores<kScoreVectors>(p, t_pad, rv, krow, nb_pad, factor);
-      for (; rv + 2 <= t_pad / kWidth; rv += 2) outer_pair_scores<2>(p, t_pad, rv, krow, nb_pad, factor);
-      for (; rv < t_pad / kWidth; ++rv) outer_pair_scores<1>(p, t_pad, rv, krow, nb_pad, factor);
-    }
+    int rv = 0;
+    for (; rv + kScoreVectors <= t_pad / kWidth; rv += kScoreVectors)
+      outer_pair_scores<kScoreVectors>(p, t_pad, rv, krow, nb_pad, factor);
+    for (; rv + 2 <= t_pad / kWidth; rv += 2) outer_pair_scores<2>(p, t_pad, rv, krow, nb_pad, factor);
+    for (; rv < t_pad / kWidth; ++rv) outer_pair_scores<1>(p, t_pad, rv, krow, nb_pad, factor);
 
     softmax_block<Softmax>(p, t_pad, nb_pad, k0, k0 + nb_pad - 1 > min_limit);
     pair_block(p, t_pad, vrow, nb_pad);

@@ -76,7 +76,7 @@ void causal_attention_group(const AttentionShape& shape, const void* const* key_
 // the fp32 scores after) and the softmax probabilities to bf16 for P·V, as flash
 // attention on bf16 tensors does; scores, softmax and sums stay fp32. Each probability's
 // rounding moves the output by at most 2^-8 of max|v|. Decode-sized calls and prefill
-// tiles alike.
+// tiles alike, and a position's output is the same bits whichever call computes it.
 bool attention_uses_bf16_products(const AttentionShape& shape);
 
 // The same without the causal mask: every one of the num_queries query tokens (q rows as

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <tuple>
 #include <vector>
@@ -283,6 +284,48 @@ TEST(FlashAttention, Bf16ProductsMatchTheRoundedQueryReference) {
   }
   check_case({20, 4, 128, KvStorage::kBF16, 45, 64}, scratch, 23);  // 21B-A3B prefill (group 5)
   check_case({16, 2, 128, KvStorage::kBF16, 200, 0}, scratch, 24);  // 0.3B prefill chunk
+}
+
+// With bf16 products a position's output is the same bits whether it is decoded alone,
+// prefilled in one chunk or in a chunk that starts elsewhere: every row is summed in the
+// same order in every tile, and the probabilities' rounding to bf16 would otherwise turn
+// last-bit differences into 2^-8 ones.
+TEST(FlashAttention, Bf16ProductsGiveARowTheSameBitsInEveryTile) {
+  if (!(active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16))
+    GTEST_SKIP() << "no AVX512-BF16 here: the fp32 kernels run, which do not promise this";
+  struct ProductsOn {
+    ProductsOn() { set_bf16_products(true); }
+    ~ProductsOn() { set_bf16_products(false); }
+  } on;
+  AttentionScratch scratch;
+  Random random(77);
+  for (const auto& [heads, kv_heads, head_dim] : std::vector<std::tuple<int, int, int>>{{8, 2, 64}, {16, 2, 128}, {20, 4, 128}}) {
+    SCOPED_TRACE(::testing::Message() << heads << " heads, " << kv_heads << " kv heads, head_dim " << head_dim);
+    constexpr int kTokens = 150;
+    const AttentionShape shape{heads, kv_heads, head_dim, static_cast<float>(1.0 / std::sqrt(double(head_dim))),
+                               KvStorage::kBF16};
+    ASSERT_TRUE(attention_uses_bf16_products(shape));
+    const Cache cache = make_cache(kTokens, kv_heads, head_dim, KvStorage::kBF16, random);
+    const int64_t stride = int64_t{heads} * head_dim;
+    std::vector<float> q(static_cast<size_t>(kTokens * stride));
+    for (float& x : q) x = static_cast<float>(random.normal());
+    const auto run = [&](int64_t first, int count, float* out) {
+      for (int kv = 0; kv < kv_heads; ++kv)
+        causal_attention_group(shape, cache.key_rows.data(), cache.value_rows.data(), kv, q.data() + first * stride,
+                               stride, first, count, out, stride, scratch);
+    };
+    std::vector<float> whole(q.size()), chunked(q.size()), alone(static_cast<size_t>(stride));
+    run(0, kTokens, whole.data());
+    run(0, 37, chunked.data());  // chunks of 37, 1, 2 and the rest
+    run(37, 1, chunked.data() + 37 * stride);
+    run(38, 2, chunked.data() + 38 * stride);
+    run(40, kTokens - 40, chunked.data() + 40 * stride);
+    ASSERT_EQ(0, std::memcmp(whole.data(), chunked.data(), whole.size() * sizeof(float)));
+    for (int64_t t : {0, 1, 63, 64, 65, 100, 149}) {
+      run(t, 1, alone.data());
+      ASSERT_EQ(0, std::memcmp(alone.data(), whole.data() + t * stride, alone.size() * sizeof(float))) << "position " << t;
+    }
+  }
 }
 
 TEST(FlashAttention, ZeroQueriesWritesNothing) {

@@ -54,7 +54,8 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
 // kMaxBatchWeights, kernels/matmul_integer.h), else one after another: a MoE decode
 // step's experts stream as one run. Each y_i is bitwise what matmul(pool, *x_i, W_i, y_i)
 // gives.
-inline constexpr size_t kMaxBatchWeights = 32;
+// Room for every expert's gate and up of a 64-expert layer and the shared experts'.
+inline constexpr size_t kMaxBatchWeights = 160;
 void matmul_batch(ThreadPool& pool, std::span<MatmulInput* const> inputs, std::span<const WeightMatrix* const> weights,
                   std::span<float* const> outputs);
 

@@ -561,8 +561,9 @@ void ErnieModel::mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out
 
 void ErnieModel::moe_block(const DecoderLayerWeights& layer, const ForwardBatch& batch, float* out) {
   const int64_t n = static_cast<int64_t>(batch.tokens.size()), h = config_.hidden_size;
+  bool shared_done = false;
   if (!layer.vision_moe) {
-    routed_experts(*layer.moe, normed_.data(), n, out);
+    shared_done = routed_experts(*layer.moe, normed_.data(), n, out, layer.moe->shared ? &*layer.moe->shared : nullptr);
   } else {
     // Modality-isolated experts (notes §7.2): each token goes to its modality's router
     // and experts only; the rows of one modality are gathered, run and scattered back.
@@ -587,7 +588,7 @@ void ErnieModel::moe_block(const DecoderLayerWeights& layer, const ForwardBatch&
       scatter_add_rows(partial, count, row, [](int64_t) { return 1.0f; }, out);
     }
   }
-  if (layer.moe->shared) {
+  if (layer.moe->shared && !shared_done) {
     input_.reset(normed_.data(), n, h);
     mlp_block(*layer.moe->shared, input_, out);
   }
@@ -629,7 +630,8 @@ void ErnieModel::route(const MoeWeights& moe, const float* input, int64_t n) {
   }
 }
 
-void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64_t n, float* out) {
+bool ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64_t n, float* out,
+                                const MlpWeights* shared) {
   const MoeConfig& moe_config = *config_.moe;
   const int64_t h = config_.hidden_size;
   const int e = moe_config.num_experts, top_k = moe_config.top_k;
@@ -650,7 +652,11 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
       routed[offset[expert] + count[expert]++] = {static_cast<int32_t>(t), chosen_weight[t * top_k + j]};
     }
 
-  if (experts_streamed(moe, input, n, out) || experts_on_threads(moe, input, n, out)) return;
+  // Decode-sized shared experts in integers join the routed ones' streams.
+  const auto integer_mlp = [](const MlpWeights& mlp) { return is_integer(mlp.gate) && is_integer(mlp.up) && is_integer(mlp.down); };
+  const MlpWeights* joined = shared != nullptr && n < kDecodeRows && integer_mlp(*shared) ? shared : nullptr;
+  if (experts_streamed(moe, input, n, out, joined)) return joined != nullptr;
+  if (experts_on_threads(moe, input, n, out)) return false;
   // Each expert runs on its gathered tokens and scatters back scaled by its weight.
   for (int expert = 0; expert < e; ++expert) {
     const int64_t tokens = count[expert];
@@ -678,6 +684,7 @@ void ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
     }
     scatter_add_rows(expert_out, tokens, token, [&](int64_t i) { return mine[i].weight; }, out);
   }
+  return false;
 }
 
 int64_t ErnieModel::decode_sized_active_experts(const MoeWeights& moe) {
@@ -720,9 +727,10 @@ void ErnieModel::add_expert_outputs(const float* outputs, int64_t num_active, fl
   }
 }
 
-bool ErnieModel::experts_streamed(const MoeWeights& moe, const float* input, int64_t n, float* out) {
+bool ErnieModel::experts_streamed(const MoeWeights& moe, const float* input, int64_t n, float* out,
+                                  const MlpWeights* shared) {
   const int64_t num_active = decode_sized_active_experts(moe);
-  if (num_active == 0 || 2 * num_active > static_cast<int64_t>(kMaxBatchWeights)) return false;
+  if (num_active == 0 || 2 * (num_active + 1) > static_cast<int64_t>(kMaxBatchWeights)) return false;
   const int32_t* active = active_experts_.data();
   for (int64_t a = 0; a < num_active; ++a) {
     const MlpWeights& mlp = moe.experts[static_cast<size_t>(active[a])];
@@ -746,7 +754,18 @@ bool ErnieModel::experts_streamed(const MoeWeights& moe, const float* input, int
     results[2 * a] = sized(scratch.gate, tokens * inner);
     results[2 * a + 1] = sized(scratch.up, tokens * inner);
   }
-  const auto pairs = static_cast<size_t>(2 * num_active);
+  // The shared experts' too: all n rows, into the members mlp_forward uses.
+  const int64_t shared_inner = shared != nullptr ? shared->gate.rows : 0;
+  size_t pairs = static_cast<size_t>(2 * num_active);
+  if (shared != nullptr) {
+    input_.reset(input, n, h);
+    inputs[pairs] = inputs[pairs + 1] = &input_;
+    weights[pairs] = &shared->gate;
+    weights[pairs + 1] = &shared->up;
+    results[pairs] = sized(gate_, n * shared_inner);
+    results[pairs + 1] = sized(up_, n * shared_inner);
+    pairs += 2;
+  }
   matmul_batch(pool_, std::span(inputs, pairs), std::span(weights, pairs), std::span(results, pairs));
   // Then every down projection on its own expert's SiLU(gate) · up.
   for (int64_t a = 0; a < num_active; ++a) {
@@ -760,9 +779,19 @@ bool ErnieModel::experts_streamed(const MoeWeights& moe, const float* input, int
     weights[a] = &mlp.down;
     results[a] = outputs + expert_offset_[static_cast<size_t>(expert)] * h;
   }
-  const auto downs = static_cast<size_t>(num_active);
+  size_t downs = static_cast<size_t>(num_active);
+  float* shared_out = shared != nullptr ? sized(down_, n * h) : nullptr;
+  if (shared != nullptr) {
+    silu_mul(gate_.data(), up_.data(), n * shared_inner);
+    down_input_.reset(gate_.data(), n, shared_inner);
+    inputs[downs] = &down_input_;
+    weights[downs] = &shared->down;
+    results[downs++] = shared_out;
+  }
   matmul_batch(pool_, std::span(inputs, downs), std::span(weights, downs), std::span(results, downs));
   add_expert_outputs(outputs, num_active, out);
+  // The shared experts' rows last, with weight 1, as moe_block adds them otherwise.
+  if (shared != nullptr) add_scaled(out, shared_out, 1.0f, n * h);
   return true;
 }
 

@@ -145,7 +145,10 @@ class ErnieModel final : public LanguageModel {
   void mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out);
   // out[n, H] += the routed experts of `moe` for the n rows of `input` (shared experts
   // excluded).
-  void routed_experts(const MoeWeights& moe, const float* input, int64_t n, float* out);
+  // With `shared` (the layer's shared experts), returns whether their rows were added too
+  // (in the decode-sized integer case, experts_streamed); the caller adds them otherwise.
+  bool routed_experts(const MoeWeights& moe, const float* input, int64_t n, float* out,
+                      const MlpWeights* shared = nullptr);
   // routed_experts for decode-sized batches on several threads, once the tokens are
   // grouped by expert: each thread runs whole experts (gate and up, SiLU, down) on its
   // own, so one expert's weights stream on one core as one sequence and the threads meet
@@ -160,7 +163,10 @@ class ErnieModel final : public LanguageModel {
   // as they stream one large matrix, and meet twice per layer. Each expert computes what
   // it computes alone, and the outputs are added in expert order: the same bits as the
   // loop. False (nothing done) where experts_on_threads or the loop apply instead.
-  bool experts_streamed(const MoeWeights& moe, const float* input, int64_t n, float* out);
+  // With `shared` (integer, decode-sized), the shared experts join both loops and their
+  // rows are added last with weight 1, as moe_block adds them.
+  bool experts_streamed(const MoeWeights& moe, const float* input, int64_t n, float* out,
+                        const MlpWeights* shared = nullptr);
   // The active experts of a decode-sized batch into active_experts_ (every expert's
   // token count below kDecodeRows, whole experts, at least two threads), with their
   // scratch sized; 0 where none of that holds.

@@ -69,6 +69,9 @@ void mlp_into(ThreadPool& pool, const MlpWeights& mlp, MatmulInput& input, float
   matmul(pool, down_input, mlp.down, down);
 }
 
+// Whether all of an MLP's weights are integer (the integer kernels' batches take them).
+bool integer_mlp(const MlpWeights& mlp) { return is_integer(mlp.gate) && is_integer(mlp.up) && is_integer(mlp.down); }
+
 // A pool of the calling thread alone, for work that one pool thread runs whole.
 ThreadPool& this_thread_pool() {
   thread_local ThreadPool solo(1);
@@ -652,11 +655,11 @@ bool ErnieModel::routed_experts(const MoeWeights& moe, const float* input, int64
       routed[offset[expert] + count[expert]++] = {static_cast<int32_t>(t), chosen_weight[t * top_k + j]};
     }
 
+  const int64_t num_active = decode_sized_active_experts(moe);
   // Decode-sized shared experts in integers join the routed ones' streams.
-  const auto integer_mlp = [](const MlpWeights& mlp) { return is_integer(mlp.gate) && is_integer(mlp.up) && is_integer(mlp.down); };
   const MlpWeights* joined = shared != nullptr && n < kDecodeRows && integer_mlp(*shared) ? shared : nullptr;
-  if (experts_streamed(moe, input, n, out, joined)) return joined != nullptr;
-  if (experts_on_threads(moe, input, n, out)) return false;
+  if (experts_streamed(moe, input, n, num_active, out, joined)) return joined != nullptr;
+  if (experts_on_threads(moe, input, n, num_active, out)) return false;
   // Each expert runs on its gathered tokens and scatters back scaled by its weight.
   for (int expert = 0; expert < e; ++expert) {
     const int64_t tokens = count[expert];
@@ -727,15 +730,12 @@ void ErnieModel::add_expert_outputs(const float* outputs, int64_t num_active, fl
   }
 }
 
-bool ErnieModel::experts_streamed(const MoeWeights& moe, const float* input, int64_t n, float* out,
+bool ErnieModel::experts_streamed(const MoeWeights& moe, const float* input, int64_t n, int64_t num_active, float* out,
                                   const MlpWeights* shared) {
-  const int64_t num_active = decode_sized_active_experts(moe);
   if (num_active == 0 || 2 * (num_active + 1) > static_cast<int64_t>(kMaxBatchWeights)) return false;
   const int32_t* active = active_experts_.data();
-  for (int64_t a = 0; a < num_active; ++a) {
-    const MlpWeights& mlp = moe.experts[static_cast<size_t>(active[a])];
-    if (!is_integer(mlp.gate) || !is_integer(mlp.up) || !is_integer(mlp.down)) return false;
-  }
+  for (int64_t a = 0; a < num_active; ++a)
+    if (!integer_mlp(moe.experts[static_cast<size_t>(active[a])])) return false;
   const int64_t h = config_.hidden_size;
   float* outputs = sized(expert_out_, n * config_.moe->top_k * h);
   MatmulInput* inputs[kMaxBatchWeights];
@@ -795,9 +795,9 @@ bool ErnieModel::experts_streamed(const MoeWeights& moe, const float* input, int
   return true;
 }
 
-bool ErnieModel::experts_on_threads(const MoeWeights& moe, const float* input, int64_t n, float* out) {
-  const int64_t num_active = decode_sized_active_experts(moe);
-  if (num_active < static_cast<int64_t>(pool_.num_threads())) return false;
+bool ErnieModel::experts_on_threads(const MoeWeights& moe, const float* input, int64_t n, int64_t num_active,
+                                    float* out) {
+  if (num_active == 0 || num_active < static_cast<int64_t>(pool_.num_threads())) return false;
   const int64_t h = config_.hidden_size;
   const int32_t* active = active_experts_.data();
   // Each expert's output rows start at its offset into routed_, in the order it lists them.

@@ -143,10 +143,10 @@ class ErnieModel final : public LanguageModel {
   const float* mlp_forward(const MlpWeights& mlp, MatmulInput& input);
   // out[n, H] += MLP(input).
   void mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out);
-  // out[n, H] += the routed experts of `moe` for the n rows of `input` (shared experts
-  // excluded).
-  // With `shared` (the layer's shared experts), returns whether their rows were added too
-  // (in the decode-sized integer case, experts_streamed); the caller adds them otherwise.
+  // out[n, H] += the routed experts of `moe` for the n rows of `input`. The shared
+  // experts are the caller's, except that with `shared` (the layer's shared experts) they
+  // may join the routed ones (decode-sized, all integer: experts_streamed); returns
+  // whether their rows were added.
   bool routed_experts(const MoeWeights& moe, const float* input, int64_t n, float* out,
                       const MlpWeights* shared = nullptr);
   // routed_experts for decode-sized batches on several threads, once the tokens are
@@ -156,7 +156,8 @@ class ErnieModel final : public LanguageModel {
   // as the expert-by-expert loop adds them, so both give the same bits. False (nothing
   // done) where that loop is better: larger batches, fewer active experts than threads,
   // experts split into tensor-parallel parts.
-  bool experts_on_threads(const MoeWeights& moe, const float* input, int64_t n, float* out);
+  // num_active: decode_sized_active_experts(moe), computed once by routed_experts.
+  bool experts_on_threads(const MoeWeights& moe, const float* input, int64_t n, int64_t num_active, float* out);
   // routed_experts for decode-sized batches whose experts are all integer (wint8, wint4):
   // every active expert's gate and up in one parallel loop, SiLU, then every down in
   // another (matmul_batch), so both threads stream all the experts' weights as one run,
@@ -165,8 +166,8 @@ class ErnieModel final : public LanguageModel {
   // loop. False (nothing done) where experts_on_threads or the loop apply instead.
   // With `shared` (integer, decode-sized), the shared experts join both loops and their
   // rows are added last with weight 1, as moe_block adds them.
-  bool experts_streamed(const MoeWeights& moe, const float* input, int64_t n, float* out,
-                        const MlpWeights* shared = nullptr);
+  bool experts_streamed(const MoeWeights& moe, const float* input, int64_t n, int64_t num_active, float* out,
+                        const MlpWeights* shared);
   // The active experts of a decode-sized batch into active_experts_ (every expert's
   // token count below kDecodeRows, whole experts, at least two threads), with their
   // scratch sized; 0 where none of that holds.

@@ -94,15 +94,18 @@ void rope_rotation_3d(float t, float h, float w, int head_dim, int freq_allocati
   }
 }
 
-void apply_rope_rotation(float* heads, int num_heads, int head_dim, const float* cos_sin) {
+// Head by head over contiguous pairs, so the clones vectorise it (the interleaved
+// pairs become lane permutes); pair by pair across heads it stayed scalar.
+ERNIE_CLONE_FOR_ISAS
+void apply_rope_rotation(float* __restrict heads, int num_heads, int head_dim, const float* __restrict cos_sin) {
   const int pairs = head_dim / 2;
-  for (int i = 0; i < pairs; ++i) {
-    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-    for (int head = 0; head < num_heads; ++head) {
-      float* pair = heads + head * head_dim + 2 * i;
-      const float even = pair[0], odd = pair[1];
-      pair[0] = even * c - odd * s;
-      pair[1] = odd * c + even * s;
+  for (int head = 0; head < num_heads; ++head) {
+    float* __restrict row = heads + head * head_dim;
+    for (int i = 0; i < pairs; ++i) {
+      const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+      const float even = row[2 * i], odd = row[2 * i + 1];
+      row[2 * i] = even * c - odd * s;
+      row[2 * i + 1] = odd * c + even * s;
     }
   }
 }

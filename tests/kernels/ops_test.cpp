@@ -74,6 +74,32 @@ TEST(OpsTest, RopeAtPositionZeroIsIdentityAndAppliesToEveryHead) {
   EXPECT_NEAR(heads[2], 2.0 * std::cos(1.0) - 3.0 * std::sin(1.0), 1e-6);
 }
 
+// The model's shapes (16 query heads of 128), where the clones take the vector path, and an
+// odd pair count that leaves a tail: each pair against the rotation in double precision.
+TEST(OpsTest, RopeRotationMatchesTheDoublePrecisionRotationAtModelWidths) {
+  for (const int head_dim : {128, 14}) {
+    const int heads = 16, pairs = head_dim / 2;
+    std::vector<float> cos_sin(static_cast<size_t>(head_dim)), x(static_cast<size_t>(heads * head_dim));
+    for (int i = 0; i < pairs; ++i) {
+      const double angle = 0.37 * (i + 1);
+      cos_sin[static_cast<size_t>(2 * i)] = static_cast<float>(std::cos(angle));
+      cos_sin[static_cast<size_t>(2 * i + 1)] = static_cast<float>(std::sin(angle));
+    }
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)) * 3.0);
+    std::vector<float> y = x;
+    apply_rope_rotation(y.data(), heads, head_dim, cos_sin.data());
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < pairs; ++i) {
+        const size_t at = static_cast<size_t>(h * head_dim + 2 * i);
+        const double c = cos_sin[static_cast<size_t>(2 * i)], s = cos_sin[static_cast<size_t>(2 * i + 1)];
+        const double even = x[at], odd = x[at + 1];
+        // Two products and a sum in float: a few ulps of the operands' size (|x| <= 3).
+        EXPECT_NEAR(y[at], even * c - odd * s, 3e-6) << head_dim << ": head " << h << " pair " << i;
+        EXPECT_NEAR(y[at + 1], odd * c + even * s, 3e-6) << head_dim << ": head " << h << " pair " << i;
+      }
+  }
+}
+
 TEST(OpsTest, Rope3dTurnsPairsByHeightWidthAndTime) {
   // head_dim 12: 6 pairs; freq_allocation 2 leaves pairs 0-3 to h, w, h, w and 4-5 to t.
   const std::vector<float> inv_freq = rope_inverse_frequencies(12, 10000.0);

@@ -392,20 +392,18 @@ void matmul_bf16_packed_group(ThreadPool& pool, const float* x, int64_t n, std::
   int64_t first_unit[kMaxWeights + 1] = {0};
   for (size_t i = 0; i < ws.size(); ++i) first_unit[i + 1] = first_unit[i] + panel_count(ws[i]->rows) * chunks;
   const auto units = static_cast<size_t>(first_unit[ws.size()]);
-  // Decode streams the weights: a contiguous share per thread, the first done helping
-  // with the back of the other's (ThreadPool::parallel_streams). Prefill is bound by
-  // arithmetic: its units are one panel for one chunk of tokens, claimed in turn, so the
-  // threads finish within one small unit of each other, and a panel's chunks are
-  // neighbours, so a thread keeps the panel in its L2 across them. On a 0.3B bf16
-  // prefill, units of a few panels for all tokens left one thread waiting for the other
-  // 8% of the time; these units gave 3% more tokens/s (12 alternating rounds), while
-  // chunk-major ones, which stream every panel once per chunk, gave 13% fewer. Weights
-  // that share the input (q, k, v; gate, up) are one loop over all their units, after
-  // one rounding of the activations.
-  const auto split = [&](FunctionRef<void(size_t, size_t)> body) {
-    if (n <= kStreamingTokens) pool.parallel_streams(units, 1, body);
-    else pool.parallel_for(units, 1, body);
-  };
+  // Units are one panel for one chunk of tokens, a panel's chunks neighbours. Each
+  // thread walks a contiguous share of them, the first done taking units one at a time
+  // from the back of the other's (ThreadPool::parallel_streams): decode streams each
+  // weight byte once, and in prefill each panel comes into one thread's L2 once and
+  // serves all its chunks there. Prefill units claimed in turn, which made both threads
+  // fetch every panel, ran 3-4% slower (0.3B bf16, alternating runs: the matmuls in
+  // sequence 725 against 757 GFLOP/s over 6, `ernie bench --pp 512` 1155 against 1193
+  // tokens/s over 5); units of whole panels left one thread waiting for the other 8% of
+  // the time, and chunk-major ones, which stream every panel once per chunk, gave 13%
+  // fewer tokens/s. Weights that share the input (q, k, v; gate, up) are one loop over
+  // all their units, after one rounding of the activations.
+  const auto split = [&](FunctionRef<void(size_t, size_t)> body) { pool.parallel_streams(units, 1, body); };
   // Runs multiply(weight, local begin, local end) for the part of units [begin, end)
   // that falls in each weight.
   const auto per_weight = [&](size_t begin, size_t end, auto multiply) {

@@ -656,16 +656,26 @@ ERNIE_BF16_TARGET inline __m512i pair_index(int first, int second) {
 
 // The tile's queries rounded to bf16, pairs of head_dim elements transposed into p.qt
 // ([head_dim / 2][t_pad] 32-bit lanes); padding rows are zero. Also each row's causal
-// limit and reset running max and sum (start_row).
+// limit and reset running max and sum (start_row). vcvtne2ps2bf16 rounds 32 elements at
+// a time (nearest even, as the weights' activations are rounded); rounding them one by
+// one in scalar code took 15% of a prefill's attention.
 ERNIE_BF16_TARGET inline void load_query_pairs(const Problem& p, int64_t r0, int rows, int t_pad, int64_t max_limit) {
-  auto* pairs = reinterpret_cast<uint8_t*>(p.qt);
+  auto* pairs = reinterpret_cast<uint32_t*>(p.qt);
+  const auto stride = static_cast<size_t>(t_pad);
   for (int r = 0; r < t_pad; ++r) {
     const float* src = start_row(p, r0, r, rows, max_limit);
-    for (int i = 0; i < p.head_dim / 2; ++i) {
-      const uint32_t pair = src == nullptr ? 0u
-                                           : static_cast<uint32_t>(f32_to_bf16(src[2 * i])) |
-                                                 static_cast<uint32_t>(f32_to_bf16(src[2 * i + 1])) << 16;
-      std::memcpy(pairs + 4 * (static_cast<size_t>(i) * t_pad + r), &pair, sizeof pair);
+    uint32_t* column = pairs + r;
+    if (src == nullptr) {
+      for (int i = 0; i < p.head_dim / 2; ++i) column[static_cast<size_t>(i) * stride] = 0u;
+      continue;
+    }
+    for (int d = 0; d < p.head_dim; d += 32) {
+      // Words 0..15 from the second operand: pair i is (src[d + 2i], src[d + 2i + 1]).
+      alignas(64) uint32_t rounded[16];
+      _mm512_store_si512(rounded, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + d + 16),
+                                                                                _mm512_loadu_ps(src + d))));
+      uint32_t* out = column + static_cast<size_t>(d / 2) * stride;
+      for (int i = 0; i < 16; ++i) out[static_cast<size_t>(i) * stride] = rounded[i];
     }
   }
 }

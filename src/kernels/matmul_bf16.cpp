@@ -403,7 +403,6 @@ void matmul_bf16_packed_group(ThreadPool& pool, const float* x, int64_t n, std::
   // the time, and chunk-major ones, which stream every panel once per chunk, gave 13%
   // fewer tokens/s. Weights that share the input (q, k, v; gate, up) are one loop over
   // all their units, after one rounding of the activations.
-  const auto split = [&](FunctionRef<void(size_t, size_t)> body) { pool.parallel_streams(units, 1, body); };
   // Runs multiply(weight, local begin, local end) for the part of units [begin, end)
   // that falls in each weight.
   const auto per_weight = [&](size_t begin, size_t end, auto multiply) {
@@ -433,7 +432,7 @@ void matmul_bf16_packed_group(ThreadPool& pool, const float* x, int64_t n, std::
       round_rows_to_floats_avx2(x + t0 * cols, t1 - t0, cols, stride, xf.data() + t0 * stride);
     });
     const auto row_of = [&](int64_t t) { return static_cast<const float*>(xf.data() + t * stride); };
-    split([&](size_t begin, size_t end) {
+    pool.parallel_streams(units, 1, [&](size_t begin, size_t end) {
       per_weight(begin, end, [&](size_t i, int64_t u0, int64_t u1) {
         multiply_units<kTileTokens>(n, *ws[i], u0, u1, ys[i], row_of, panel_avx2);
       });
@@ -453,7 +452,7 @@ void matmul_bf16_packed_group(ThreadPool& pool, const float* x, int64_t n, std::
     (void)streaming;
     generic_panel(weights, groups, pairs, xs, tokens, outs, first_row, valid_rows);
   };
-  split([&](size_t begin, size_t end) {
+  pool.parallel_streams(units, 1, [&](size_t begin, size_t end) {
     per_weight(begin, end, [&](size_t i, int64_t u0, int64_t u1) {
       multiply_units<kTileTokens>(n, *ws[i], u0, u1, ys[i], row_of, panel);
     });

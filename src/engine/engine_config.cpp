@@ -82,10 +82,12 @@ int plan_kv_blocks(const EngineConfig& config, const ModelConfig& model, uint64_
   if (config.num_gpu_blocks_override) {
     blocks = *config.num_gpu_blocks_override;
   } else {
-    // Activations of the largest step: the widest per-token buffers of a layer, and
-    // logits rows for every sequence.
+    // Activations of the largest step: the widest per-token buffers of a layer, the
+    // bf16 copies of the matmul inputs (kernels/matmul_bf16.h), and logits rows for
+    // every sequence.
     const uint64_t per_token = 4ull * (4ull * model.hidden_size + 2ull * model.q_width() + 2ull * model.kv_width() +
-                                       3ull * model.intermediate_size);
+                                       3ull * model.intermediate_size) +
+                               2ull * (model.hidden_size + model.q_width() + model.intermediate_size);
     const uint64_t activation_bytes =
         per_token * static_cast<uint64_t>(config.effective_max_num_batched_tokens()) +
         4ull * static_cast<uint64_t>(model.vocab_size) * static_cast<uint64_t>(config.max_num_seqs);

@@ -405,7 +405,23 @@ void MatmulInput::reset(const float* x, int64_t n, int64_t cols) {
   x_ = x;
   n_ = n;
   cols_ = cols;
-  have_int8_ = have_fp8_ = false;
+  have_int8_ = have_fp8_ = have_bf16_ = rounding_while_writing_ = false;
+}
+
+const Bf16Activations& MatmulInput::bf16_rows(ThreadPool& pool) {
+  if (!have_bf16_) {
+    bf16_.reset(n_, cols_);
+    bf16_.round_all(pool, x_);
+    have_bf16_ = true;
+  }
+  return bf16_;
+}
+
+bool MatmulInput::round_while_writing(const WeightMatrix& w) {
+  if (w.format != WeightFormat::kBf16Packed || w.cols != cols_) return false;
+  bf16_.reset(n_, cols_);
+  have_bf16_ = rounding_while_writing_ = true;
+  return true;
 }
 
 const QuantizedActivations& MatmulInput::int8_for(ThreadPool& pool, const WeightMatrix& w) {
@@ -443,7 +459,9 @@ void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* 
   } else if (w.format == WeightFormat::kWint2) {
     matmul_wint2(pool, input.x(), input.n(), w, y);
   } else if (w.format == WeightFormat::kBf16Packed) {
-    matmul_bf16_packed(pool, input.x(), input.n(), w, y);
+    const WeightMatrix* ws[] = {&w};
+    float* ys[] = {y};
+    matmul_bf16_packed_group(pool, input.bf16_rows(pool), ws, ys);
   } else {
     matmul_float(pool, input.x(), input.n(), w, y);
   }
@@ -466,7 +484,7 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
     matmul_integer_group(pool, input.int8_for(pool, first), weights, outputs);
   } else if (all([](const WeightMatrix* w) { return w->format == WeightFormat::kBf16Packed; })) {
     for (const WeightMatrix* w : weights) count_streamed(*w);
-    matmul_bf16_packed_group(pool, input.x(), input.n(), weights, outputs);
+    matmul_bf16_packed_group(pool, input.bf16_rows(pool), weights, outputs);
   } else {
     for (size_t i = 0; i < weights.size(); ++i) matmul(pool, input, *weights[i], outputs[i]);
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/matmul_bf16.h"
 #include "kernels/quantize.h"
 #include "tensor/weight_matrix.h"
 #include "util/thread_pool.h"
@@ -15,9 +16,10 @@
 namespace ernie {
 
 // One activation matrix x [n, cols] that feeds one or more matmuls. Quantized weights
-// need it quantized (int8 blocks, or rounded through fp8); that happens at most once
-// per form however many weights read it, into buffers the object keeps, so a caller
-// that keeps a MatmulInput across steps allocates nothing in steady state.
+// need it quantized (int8 blocks, or rounded through fp8), packed bf16 weights rounded
+// to bf16; that happens at most once per form however many weights read it, into
+// buffers the object keeps, so a caller that keeps a MatmulInput across steps allocates
+// nothing in steady state.
 class MatmulInput {
  public:
   void reset(const float* x, int64_t n, int64_t cols);
@@ -28,15 +30,32 @@ class MatmulInput {
   // w's static absmax (and Hadamard) for FastDeploy's W4A8 weights.
   const QuantizedActivations& int8_for(ThreadPool& pool, const WeightMatrix& w);
   const float* fp8_rounded();
+  // The bf16-product form (kernels/matmul_bf16.h): rounded over the pool on first use,
+  // unless the producer of x rounded it as it wrote it.
+  const Bf16Activations& bf16_rows(ThreadPool& pool);
+
+  // A producer that writes x range by range on the pool can round each range for bf16
+  // products while it is still in its thread's cache, instead of leaving a pass over all
+  // of x to the product. After reset and before writing, round_while_writing(w) says
+  // whether w, the input's consumer, takes that form; when it does, the producer must
+  // give every element of x to round_written before a product reads the input.
+  bool round_while_writing(const WeightMatrix& w);
+  // Elements [c0, c1) of rows [t0, t1) of x are final: rounded now if round_while_writing
+  // said yes, else nothing. Disjoint ranges may come from different threads at once.
+  void round_written(int64_t t0, int64_t t1, int64_t c0, int64_t c1) {
+    if (rounding_while_writing_) bf16_.round(x_, t0, t1, c0, c1);
+  }
+  void round_written(int64_t t0, int64_t t1) { round_written(t0, t1, 0, cols_); }
 
  private:
   const float* x_ = nullptr;
   int64_t n_ = 0, cols_ = 0;
-  bool have_int8_ = false, have_fp8_ = false;
+  bool have_int8_ = false, have_fp8_ = false, have_bf16_ = false, rounding_while_writing_ = false;
   float int8_absmax_ = 0.0f;  // the form int8_ holds (WeightMatrix::input_absmax, input_hadamard)
   int32_t int8_hadamard_ = 0;
   QuantizedActivations int8_;
   std::vector<float> fp8_;
+  Bf16Activations bf16_;
 };
 
 // Whether w is in an integer format (int8, int4, int6) the integer kernels multiply.

@@ -41,18 +41,6 @@ int64_t packed_index(int64_t rows, int64_t kp, int64_t r, int64_t j) {
   return p * kPanelRows * kp + j * panel_groups(rows, p) * 2 * kBf16GroupRows + q * 2;
 }
 
-// The activations rounded to bf16 (nearest even) with an even row stride, the padding
-// input zero: each row read as uint32 is its run of input pairs.
-std::vector<uint16_t>& rounded_activations() {
-  thread_local std::vector<uint16_t> buffer;
-  return buffer;
-}
-// The same values as floats, for the AVX2 path.
-std::vector<float>& rounded_float_activations() {
-  thread_local std::vector<float> buffer;
-  return buffer;
-}
-
 // Rows [first, first + groups·16) of panel `panel` for T tokens: out[t][row] over all
 // pairs, in order, on any CPU (no vdpbf16ps): each pair adds w0·x0 + w1·x1 in fp32.
 void generic_panel(const uint16_t* panel, int groups, int64_t pairs, const uint32_t* const* x, int tokens,
@@ -73,19 +61,22 @@ void generic_panel(const uint16_t* panel, int groups, int64_t pairs, const uint3
 #if defined(__x86_64__)
 #define ERNIE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
 
-// vcvtne2ps2bf16 on 32 inputs at a time (nearest even); the row's tail and the padding
-// input go through the same instruction under a mask.
-ERNIE_BF16_TARGET void round_rows_avx512(const float* x, int64_t n, int64_t k, int64_t stride, uint16_t* out) {
-  for (int64_t t = 0; t < n; ++t) {
-    const float* in = x + t * k;
+// Elements [c0, c1) of rows [t0, t1) of x (row length cols) into rows of `stride` bf16:
+// vcvtne2ps2bf16 on 32 inputs at a time (nearest even). A range that ends the row also
+// writes its padding input (zero); tails go through the same instruction under a mask.
+ERNIE_BF16_TARGET void round_range_avx512(const float* x, int64_t cols, int64_t stride, int64_t t0, int64_t t1, int64_t c0,
+                                          int64_t c1, uint16_t* out) {
+  const int64_t end = c1 == cols ? stride : c1;
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* in = x + t * cols;
     uint16_t* row = out + t * stride;
-    for (int64_t i = 0; i < stride; i += 32) {
-      const int64_t count = std::max<int64_t>(0, std::min<int64_t>(32, k - i));
+    for (int64_t i = c0; i < end; i += 32) {
+      const int64_t count = std::clamp<int64_t>(c1 - i, 0, 32);
       const auto low_mask = static_cast<__mmask16>(count >= 16 ? 0xffff : (1u << count) - 1u);
       const auto high_mask = static_cast<__mmask16>(count <= 16 ? 0 : count >= 32 ? 0xffff : (1u << (count - 16)) - 1u);
       const __m512bh pair =
           _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(high_mask, in + i + 16), _mm512_maskz_loadu_ps(low_mask, in + i));
-      const int64_t width = std::min<int64_t>(32, stride - i);
+      const int64_t width = std::min<int64_t>(32, end - i);
       const auto mask = static_cast<__mmask32>(width >= 32 ? 0xffffffffu : (1u << width) - 1u);
       _mm512_mask_storeu_epi16(row + i, mask, reinterpret_cast<__m512i>(pair));
     }
@@ -160,13 +151,14 @@ ERNIE_BF16_TARGET void panel_avx512(const uint16_t* panel, int groups, int64_t p
 // exact in fp32, so only the summation rounding differs from the instruction's. The
 // activations are rounded to bf16 as the AVX-512 path rounds them (nearest even, as
 // f32_to_bf16; NaN stays NaN), but kept as floats so each is one broadcast load.
-ERNIE_AVX2_FMA_TARGET void round_rows_to_floats_avx2(const float* x, int64_t n, int64_t k, int64_t stride, float* out) {
+ERNIE_AVX2_FMA_TARGET void round_range_to_floats_avx2(const float* x, int64_t cols, int64_t stride, int64_t t0, int64_t t1,
+                                                      int64_t c0, int64_t c1, float* out) {
   const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff), high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int64_t t = 0; t < n; ++t) {
-    const float* in = x + t * k;
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* in = x + t * cols;
     float* row = out + t * stride;
-    int64_t i = 0;
-    for (; i + 8 <= k; i += 8) {
+    int64_t i = c0;
+    for (; i + 8 <= c1; i += 8) {
       const __m256 value = _mm256_loadu_ps(in + i);
       const __m256i bits = _mm256_castps_si256(value);
       const __m256i rounding = _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(bits, 16), one));
@@ -174,8 +166,9 @@ ERNIE_AVX2_FMA_TARGET void round_rows_to_floats_avx2(const float* x, int64_t n, 
       const __m256 nan = _mm256_castsi256_ps(_mm256_and_si256(_mm256_or_si256(bits, _mm256_set1_epi32(0x400000)), high));
       _mm256_storeu_ps(row + i, _mm256_blendv_ps(rounded, nan, _mm256_cmp_ps(value, value, _CMP_UNORD_Q)));
     }
-    for (; i < k; ++i) row[i] = bf16_to_f32(f32_to_bf16(in[i]));
-    for (; i < stride; ++i) row[i] = 0.0f;
+    for (; i < c1; ++i) row[i] = bf16_to_f32(f32_to_bf16(in[i]));
+    if (c1 == cols)
+      for (; i < stride; ++i) row[i] = 0.0f;
   }
 }
 
@@ -289,16 +282,18 @@ bool has_avx2_products() {
 #endif
 }
 
-void round_rows(const float* x, int64_t n, int64_t k, int64_t stride, uint16_t* out) {
+void round_range(const float* x, int64_t cols, int64_t stride, int64_t t0, int64_t t1, int64_t c0, int64_t c1,
+                 uint16_t* out) {
 #if defined(__x86_64__)
   if (has_bf16_instructions()) {
-    round_rows_avx512(x, n, k, stride, out);
+    round_range_avx512(x, cols, stride, t0, t1, c0, c1, out);
     return;
   }
 #endif
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t i = 0; i < k; ++i) out[t * stride + i] = f32_to_bf16(x[t * k + i]);
-    for (int64_t i = k; i < stride; ++i) out[t * stride + i] = 0;
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t i = c0; i < c1; ++i) out[t * stride + i] = f32_to_bf16(x[t * cols + i]);
+    if (c1 == cols)
+      for (int64_t i = cols; i < stride; ++i) out[t * stride + i] = 0;
   }
 }
 
@@ -371,23 +366,56 @@ void unpack_bf16_row(const WeightMatrix& packed, int64_t r, uint16_t* out) {
   for (int64_t k = 0; k < packed.cols; ++k) out[k] = data[packed_index(packed.rows, kp, r, k / 2) + k % 2];
 }
 
-void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y) {
-  const WeightMatrix* ws[1] = {&w};
-  float* ys[1] = {y};
-  matmul_bf16_packed_group(pool, x, n, ws, ys);
+void Bf16Activations::reset(int64_t n, int64_t cols) {
+  n_ = n;
+  cols_ = cols;
+  const int64_t kp = even_cols(cols);
+  if (has_avx2_products()) {
+    // Rows one cache line longer than the inputs: at a multiple of 4 KiB apart (every
+    // ERNIE width is), a tile's token rows would all fall in the same L1 sets and evict
+    // each other (the tile alone: 87% of the FMA peak at that stride, 93% padded).
+    stride_ = kp + 16;
+    if (floats_.size() < static_cast<size_t>(n * stride_)) floats_.resize(static_cast<size_t>(n * stride_));
+  } else {
+    stride_ = kp;
+    if (bf16_.size() < static_cast<size_t>(n * stride_)) bf16_.resize(static_cast<size_t>(n * stride_));
+  }
 }
 
-void matmul_bf16_packed_group(ThreadPool& pool, const float* x, int64_t n, std::span<const WeightMatrix* const> ws,
+void Bf16Activations::round(const float* x, int64_t t0, int64_t t1, int64_t c0, int64_t c1) {
+#if defined(__x86_64__)
+  if (has_avx2_products()) {
+    round_range_to_floats_avx2(x, cols_, stride_, t0, t1, c0, c1, floats_.data());
+    return;
+  }
+#endif
+  round_range(x, cols_, stride_, t0, t1, c0, c1, bf16_.data());
+}
+
+void Bf16Activations::round_all(ThreadPool& pool, const float* x) {
+  if (n_ <= kStreamingTokens) return round(x, 0, n_, 0, cols_);
+  pool.parallel_for(static_cast<size_t>(n_), 16, [&](size_t begin, size_t end) {
+    round(x, static_cast<int64_t>(begin), static_cast<int64_t>(end), 0, cols_);
+  });
+}
+
+const uint32_t* Bf16Activations::pairs(int64_t t) const {
+  return reinterpret_cast<const uint32_t*>(bf16_.data() + t * stride_);
+}
+const float* Bf16Activations::floats(int64_t t) const { return floats_.data() + t * stride_; }
+
+void matmul_bf16_packed_group(ThreadPool& pool, const Bf16Activations& x, std::span<const WeightMatrix* const> ws,
                               std::span<float* const> ys) {
   constexpr size_t kMaxWeights = 4;
   if (ws.empty() || ws.size() > kMaxWeights || ws.size() != ys.size())
     fail("matmul_bf16_packed_group takes 1 to 4 weights, each with an output");
   for (const WeightMatrix* w : ws) {
     if (w->format != WeightFormat::kBf16Packed) fail("matmul_bf16_packed takes a packed bf16 weight");
-    if (w->cols != ws[0]->cols) fail("matmul_bf16_packed_group: the weights take ", ws[0]->cols, " and ", w->cols, " inputs");
+    if (w->cols != x.cols()) fail("matmul_bf16_packed_group: the input has ", x.cols(), " values, a weight takes ", w->cols);
   }
+  const int64_t n = x.n();
   if (n == 0) return;
-  const int64_t cols = ws[0]->cols, kp = even_cols(cols), chunks = token_chunks(n);
+  const int64_t chunks = token_chunks(n);
   // Units (panel x token chunk) of weight i: [first_unit[i], first_unit[i + 1]).
   int64_t first_unit[kMaxWeights + 1] = {0};
   for (size_t i = 0; i < ws.size(); ++i) first_unit[i + 1] = first_unit[i] + panel_count(ws[i]->rows) * chunks;
@@ -402,7 +430,7 @@ void matmul_bf16_packed_group(ThreadPool& pool, const float* x, int64_t n, std::
   // tokens/s over 5); units of whole panels left one thread waiting for the other 8% of
   // the time, and chunk-major ones, which stream every panel once per chunk, gave 13%
   // fewer tokens/s. Weights that share the input (q, k, v; gate, up) are one loop over
-  // all their units, after one rounding of the activations.
+  // all their units.
   // Runs multiply(weight, local begin, local end) for the part of units [begin, end)
   // that falls in each weight.
   const auto per_weight = [&](size_t begin, size_t end, auto multiply) {
@@ -412,26 +440,9 @@ void matmul_bf16_packed_group(ThreadPool& pool, const float* x, int64_t n, std::
       if (u0 < u1) multiply(i, u0 - first_unit[i], u1 - first_unit[i]);
     }
   };
-  // Rounds the activations' rows [t0, t1) with round_range(t0, t1): over the pool
-  // for prefill, so no thread waits while one rounds them all.
-  const auto round_tokens = [&](auto round_range) {
-    if (n <= kStreamingTokens) return round_range(int64_t{0}, n);
-    pool.parallel_for(static_cast<size_t>(n), 16, [&](size_t begin, size_t end) {
-      round_range(static_cast<int64_t>(begin), static_cast<int64_t>(end));
-    });
-  };
 #if defined(__x86_64__)
   if (has_avx2_products()) {
-    // Rows one cache line longer than the inputs: at a multiple of 4 KiB apart (every
-    // ERNIE width is), a tile's token rows would all fall in the same L1 sets and evict
-    // each other (the tile alone: 87% of the FMA peak at that stride, 93% padded).
-    const int64_t stride = kp + 16;
-    std::vector<float>& xf = rounded_float_activations();
-    if (xf.size() < static_cast<size_t>(n * stride)) xf.resize(static_cast<size_t>(n * stride));
-    round_tokens([&](int64_t t0, int64_t t1) {
-      round_rows_to_floats_avx2(x + t0 * cols, t1 - t0, cols, stride, xf.data() + t0 * stride);
-    });
-    const auto row_of = [&](int64_t t) { return static_cast<const float*>(xf.data() + t * stride); };
+    const auto row_of = [&](int64_t t) { return x.floats(t); };
     pool.parallel_streams(units, 1, [&](size_t begin, size_t end) {
       per_weight(begin, end, [&](size_t i, int64_t u0, int64_t u1) {
         multiply_units<kTileTokens>(n, *ws[i], u0, u1, ys[i], row_of, panel_avx2);
@@ -440,10 +451,7 @@ void matmul_bf16_packed_group(ThreadPool& pool, const float* x, int64_t n, std::
     return;
   }
 #endif
-  std::vector<uint16_t>& xb = rounded_activations();
-  if (xb.size() < static_cast<size_t>(n * kp)) xb.resize(static_cast<size_t>(n * kp));
-  round_tokens([&](int64_t t0, int64_t t1) { round_rows(x + t0 * cols, t1 - t0, cols, kp, xb.data() + t0 * kp); });
-  const auto row_of = [&](int64_t t) { return reinterpret_cast<const uint32_t*>(xb.data() + t * kp); };
+  const auto row_of = [&](int64_t t) { return x.pairs(t); };
   const auto panel = [](const uint16_t* weights, int groups, int64_t pairs, const uint32_t* const* xs, int tokens,
                         float* const* outs, int64_t first_row, int64_t valid_rows, bool streaming) {
 #if defined(__x86_64__)

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "tensor/weight_matrix.h"
 #include "util/thread_pool.h"
@@ -45,13 +46,39 @@ void unpack_bf16_row(const WeightMatrix& packed, int64_t r, uint16_t* out);
 // The packed bytes, padding included (what a product reads).
 uint64_t packed_bf16_bytes(int64_t rows, int64_t cols);
 
-// y[n, w.rows] = bf16(x) · Wᵀ for a packed w: vdpbf16ps where the CPU has it, fp32
-// multiply-adds of the same exact products on AVX2, else the same sums (in the same
+// The activations of bf16 products in the form the kernel reads: every value rounded to
+// bf16 (nearest even), rows of even length (the padding input zero). With AVX512-BF16
+// they are bf16 pairs; on AVX2 the same rounded values kept as floats (each one a
+// broadcast load). Rounding is element by element, so a producer that writes the
+// activations in pieces on several threads can round each piece while it is still in its
+// thread's cache (MatmulInput::round_while_writing): a separate pass reading them all back
+// took 3% of a bf16 prefill, and more of the matmuls after it.
+class Bf16Activations {
+ public:
+  // Sizes the form for n rows of `cols` inputs; its rows are then filled by round().
+  void reset(int64_t n, int64_t cols);
+  // Elements [c0, c1) of rows [t0, t1) of x (n x cols, row-major), rounded into the form.
+  // Disjoint ranges may be rounded on different threads at once.
+  void round(const float* x, int64_t t0, int64_t t1, int64_t c0, int64_t c1);
+  // All of x, over the pool (one thread for decode's few rows).
+  void round_all(ThreadPool& pool, const float* x);
+  int64_t n() const { return n_; }
+  int64_t cols() const { return cols_; }
+  // Token t's row as its kernel takes it: 32-bit input pairs, or (AVX2) floats.
+  const uint32_t* pairs(int64_t t) const;
+  const float* floats(int64_t t) const;
+
+ private:
+  int64_t n_ = 0, cols_ = 0, stride_ = 0;
+  std::vector<uint16_t> bf16_;
+  std::vector<float> floats_;
+};
+
+// ys[i] = x · ws[i]ᵀ for 1 to 4 packed weights that take the same rounded input (q, k and
+// v; gate and up), all their work in one parallel loop: vdpbf16ps where the CPU has it,
+// fp32 multiply-adds of the same exact products on AVX2, else the same sums (in the same
 // order as vdpbf16ps, with fp32 multiply-adds) on any CPU.
-void matmul_bf16_packed(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, float* y);
-// The same for 1 to 4 packed weights that take the same input (ys[i] = bf16(x) · ws[i]ᵀ):
-// the activations are rounded once and all the weights' work is one parallel loop.
-void matmul_bf16_packed_group(ThreadPool& pool, const float* x, int64_t n, std::span<const WeightMatrix* const> ws,
+void matmul_bf16_packed_group(ThreadPool& pool, const Bf16Activations& x, std::span<const WeightMatrix* const> ws,
                               std::span<float* const> ys);
 
 }  // namespace ernie

@@ -56,6 +56,20 @@ void for_rows(ThreadPool& pool, int64_t n, FunctionRef<void(int64_t, int64_t)> b
   });
 }
 
+// Rows [t0, t1) of `input` made by write(a, b) in pieces of a few rows, each rounded for
+// bf16 products (MatmulInput::round_while_writing) right after it is written, while it
+// is still in L1: a thread's whole share of a prefill is megabytes, and rounding it after
+// the fact reads it back from L3.
+void write_rows_rounded(MatmulInput& input, int64_t t0, int64_t t1, FunctionRef<void(int64_t, int64_t)> write) {
+  constexpr int64_t kPieceFloats = 4096;
+  const int64_t piece = std::max<int64_t>(1, kPieceFloats / std::max<int64_t>(1, input.cols()));
+  for (int64_t a = t0; a < t1; a += piece) {
+    const int64_t b = std::min(t1, a + piece);
+    write(a, b);
+    input.round_written(a, b);
+  }
+}
+
 // down [n, H] = MLP(input), with gate and up [n, inner] as working memory and
 // down_input for the down projection's quantized input.
 void mlp_into(ThreadPool& pool, const MlpWeights& mlp, MatmulInput& input, float* gate, float* up,
@@ -64,8 +78,13 @@ void mlp_into(ThreadPool& pool, const MlpWeights& mlp, MatmulInput& input, float
   const WeightMatrix* gate_up[] = {&mlp.gate, &mlp.up};
   float* gate_up_out[] = {gate, up};
   matmul_shared_input(pool, input, gate_up, gate_up_out);
-  for_rows(pool, n, [&](int64_t t0, int64_t t1) { silu_mul(gate + t0 * inner, up + t0 * inner, (t1 - t0) * inner); });
+  // silu(gate) · up is down's input, rounded for bf16 products as it is written.
   down_input.reset(gate, n, inner);
+  down_input.round_while_writing(mlp.down);
+  for_rows(pool, n, [&](int64_t t0, int64_t t1) {
+    write_rows_rounded(down_input, t0, t1,
+                       [&](int64_t a, int64_t b) { silu_mul(gate + a * inner, up + a * inner, (b - a) * inner); });
+  });
   matmul(pool, down_input, mlp.down, down);
 }
 
@@ -391,27 +410,44 @@ void ErnieModel::decoder_layer(const DecoderLayerWeights& layer, int kv_layer, c
   const float eps = static_cast<float>(config_.rms_norm_eps);
   float* normed = normed_.data();
   float* block_out = block_out_.data();
-  for_rows(n, [&](int64_t t0, int64_t t1) { rms_norm(x + t0 * h, t1 - t0, h, layer.input_norm.data(), eps, normed + t0 * h); });
+  // The normed rows are q, k and v's input (input_), rounded for bf16 products as they
+  // are written where those are bf16.
+  input_.reset(normed, n, h);
+  input_.round_while_writing(layer.attention.q);
+  for_rows(n, [&](int64_t t0, int64_t t1) {
+    write_rows_rounded(input_, t0, t1, [&](int64_t a, int64_t b) {
+      rms_norm(x + a * h, b - a, h, layer.input_norm.data(), eps, normed + a * h);
+    });
+  });
   attention_block(layer, kv_layer, batch, block_out);
   all_reduce(block_out, n * h);
-  for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, block_out + t0 * h, 1.0f, (t1 - t0) * h); });
 
+  // The residual, then the MLP's input from it, a few rows at a time so each row is
+  // normed while still in L1; rounded for a dense MLP's bf16 products likewise (the MoE
+  // blocks read the normed rows themselves).
+  input_.reset(normed, n, h);
+  if (!layer.moe) input_.round_while_writing(layer.mlp->gate);
   for_rows(n, [&](int64_t t0, int64_t t1) {
-    rms_norm(x + t0 * h, t1 - t0, h, layer.post_attention_norm.data(), eps, normed + t0 * h);
+    write_rows_rounded(input_, t0, t1, [&](int64_t a, int64_t b) {
+      add_scaled(x + a * h, block_out + a * h, 1.0f, (b - a) * h);
+      rms_norm(x + a * h, b - a, h, layer.post_attention_norm.data(), eps, normed + a * h);
+    });
   });
-  std::fill_n(block_out, n * h, 0.0f);
-  if (layer.moe && shard_.sharded() && shard_.expert_parallel) {
-    expert_parallel_moe(*layer.moe, n, block_out);  // complete on every rank already
+  // The block's output: a dense MLP's down projection as it is, the MoE blocks' sums.
+  float* mlp_out = block_out;
+  if (!layer.moe) {
+    mlp_out = mlp_forward(*layer.mlp, input_);
+    all_reduce(mlp_out, n * h);
   } else {
-    if (layer.moe) {
-      moe_block(layer, batch, block_out);
+    std::fill_n(block_out, n * h, 0.0f);
+    if (shard_.sharded() && shard_.expert_parallel) {
+      expert_parallel_moe(*layer.moe, n, block_out);  // complete on every rank already
     } else {
-      input_.reset(normed, n, h);
-      mlp_block(*layer.mlp, input_, block_out);
+      moe_block(layer, batch, block_out);
+      all_reduce(block_out, n * h);
     }
-    all_reduce(block_out, n * h);
   }
-  for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, block_out + t0 * h, 1.0f, (t1 - t0) * h); });
+  for_rows(n, [&](int64_t t0, int64_t t1) { add_scaled(x + t0 * h, mlp_out + t0 * h, 1.0f, (t1 - t0) * h); });
 }
 
 std::vector<float>& ErnieModel::head_logits(const float* x, std::span<const int32_t> rows_wanted,
@@ -470,7 +506,6 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
   float* q = sized(q_, n * q_width);
   float* k = sized(k_, n * kv_width);
   float* v = sized(v_, n * kv_width);
-  input_.reset(normed_.data(), n, config_.hidden_size);
   const WeightMatrix* qkv[] = {&layer.attention.q, &layer.attention.k, &layer.attention.v};
   float* qkv_out[] = {q, k, v};
   matmul_shared_input(pool_, input_, qkv, qkv_out);
@@ -531,6 +566,11 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
   float* attended = sized(attended_, n * q_width);
   const AttentionShape shape{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
                              kv_storage_};
+  // The output is o's input, rounded for bf16 products as each item writes its heads'
+  // columns (after the C8 value scales where there are any).
+  attended_input_.reset(attended, n, q_width);
+  attended_input_.round_while_writing(layer.attention.o);
+  const int64_t item_width = static_cast<int64_t>(heads / kv_heads) * hd;
   pool_.parallel_for(attention_items_.size(), 1, [&](size_t begin, size_t end) {
     AttentionScratch& scratch = thread_attention_scratch();
     for (size_t i = begin; i < end; ++i) {
@@ -540,16 +580,21 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
                              value_rows_[static_cast<size_t>(item.sequence)].data(), item.kv_head,
                              q + item.first_token * q_width, q_width, first.position, item.num_tokens,
                              attended + item.first_token * q_width, q_width, scratch);
+      if (!static_kv)
+        attended_input_.round_written(item.first_token, item.first_token + item.num_tokens, item.kv_head * item_width,
+                                      (item.kv_head + 1) * item_width);
     }
   });
   if (static_kv)
     for_rows(n, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) scale_heads(attended + t * q_width, kv_scales + 3 * kv_width);
+      write_rows_rounded(attended_input_, t0, t1, [&](int64_t a, int64_t b) {
+        for (int64_t t = a; t < b; ++t) scale_heads(attended + t * q_width, kv_scales + 3 * kv_width);
+      });
     });
-  matmul(pool_, attended, n, layer.attention.o, out);
+  matmul(pool_, attended_input_, layer.attention.o, out);
 }
 
-const float* ErnieModel::mlp_forward(const MlpWeights& mlp, MatmulInput& input) {
+float* ErnieModel::mlp_forward(const MlpWeights& mlp, MatmulInput& input) {
   const int64_t n = input.n(), inner = mlp.gate.rows;
   float* down = sized(down_, n * mlp.down.rows);
   mlp_into(pool_, mlp, input, sized(gate_, n * inner), sized(up_, n * inner), down_input_, down);

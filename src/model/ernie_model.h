@@ -140,7 +140,7 @@ class ErnieModel final : public LanguageModel {
   void attention_block(const DecoderLayerWeights& layer, int layer_index, const ForwardBatch& batch, float* out);
   // MLP(input) for the n rows of H in `input`: n rows of H in a buffer that lasts until
   // the next MLP.
-  const float* mlp_forward(const MlpWeights& mlp, MatmulInput& input);
+  float* mlp_forward(const MlpWeights& mlp, MatmulInput& input);
   // out[n, H] += MLP(input).
   void mlp_block(const MlpWeights& mlp, MatmulInput& input, float* out);
   // out[n, H] += the routed experts of `moe` for the n rows of `input`. The shared
@@ -225,7 +225,7 @@ class ErnieModel final : public LanguageModel {
   std::vector<float> ep_results_, ep_returned_, ep_share_out_, ep_gathered_;
   std::vector<int32_t> modality_rows_;         // VL: batch rows of one modality
   std::vector<float> modality_in_, modality_out_;
-  MatmulInput input_, expert_input_, down_input_;
+  MatmulInput input_, expert_input_, down_input_, attended_input_;
   std::vector<ExpertScratch> expert_scratch_;  // [E], for experts_streamed and experts_on_threads
   std::vector<TokenSlot> slots_;
   std::vector<AttentionItem> attention_items_;

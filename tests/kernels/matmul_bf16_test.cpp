@@ -133,7 +133,49 @@ TEST(MatmulBf16Test, SharedInputGroupEqualsEachWeightAlone) {
   std::vector<float> y0(130), y1(8);
   float* ys[] = {y0.data(), y1.data()};
   const std::vector<float> x = random_activations(1, kCols, 30);
-  EXPECT_THROW(matmul_bf16_packed_group(pool, x.data(), 1, mixed, ys), Error);
+  Bf16Activations rounded;
+  rounded.reset(1, kCols);
+  rounded.round_all(pool, x.data());
+  EXPECT_THROW(matmul_bf16_packed_group(pool, rounded, mixed, ys), Error);
+}
+
+// A producer that rounds its output piece by piece as it writes it (rows and column
+// ranges in any order, on any thread, an odd width with its padding input) hands the
+// product exactly the input a rounding pass of its own would: the same bits out.
+TEST(MatmulBf16Test, RoundingWhileWritingEqualsRoundingBeforeTheProduct) {
+  ThreadPool pool(2);
+  for (const auto& [rows, cols] : {std::tuple<int64_t, int64_t>{70, 129}, {130, 256}, {19, 1000}}) {
+    const OwnedDense dense = random_bf16(rows, cols, static_cast<uint64_t>(rows + cols));
+    const WeightMatrix packed = pack_bf16_weight(dense.matrix);
+    for (int64_t n : {1, 3, 17, 64}) {
+      const std::vector<float> x = random_activations(n, cols, static_cast<uint64_t>(n * cols));
+      std::vector<float> expected(static_cast<size_t>(n * rows)), written(expected.size());
+      matmul(pool, x.data(), n, packed, expected.data());
+
+      std::vector<float> produced(x.size(), std::nanf(""));
+      MatmulInput input;
+      input.reset(produced.data(), n, cols);
+      ASSERT_TRUE(input.round_while_writing(packed));
+      // Columns in three uneven ranges, rows from the last backwards, split over threads.
+      const int64_t cuts[] = {0, cols / 3, cols / 3 + 1, cols};
+      pool.parallel_for(static_cast<size_t>(n), 1, [&](size_t begin, size_t end) {
+        for (auto t = static_cast<int64_t>(end) - 1; t >= static_cast<int64_t>(begin); --t) {
+          for (int piece = 2; piece >= 0; --piece) {
+            for (int64_t c = cuts[piece]; c < cuts[piece + 1]; ++c) produced[t * cols + c] = x[t * cols + c];
+            input.round_written(t, t + 1, cuts[piece], cuts[piece + 1]);
+          }
+        }
+      });
+      matmul(pool, input, packed, written.data());
+      ASSERT_EQ(0, std::memcmp(expected.data(), written.data(), expected.size() * sizeof(float)))
+          << rows << "x" << cols << " n=" << n;
+    }
+  }
+  // An input whose consumer is not a packed bf16 weight is rounded by nobody early.
+  MatmulInput input;
+  const std::vector<float> x = random_activations(2, 64, 5);
+  input.reset(x.data(), 2, 64);
+  EXPECT_FALSE(input.round_while_writing(quantize_weight(random_bf16(8, 64, 6).matrix, WeightFormat::kInt8)));
 }
 
 }  // namespace

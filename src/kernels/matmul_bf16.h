@@ -52,7 +52,7 @@ uint64_t packed_bf16_bytes(int64_t rows, int64_t cols);
 // broadcast load). Rounding is element by element, so a producer that writes the
 // activations in pieces on several threads can round each piece while it is still in its
 // thread's cache (MatmulInput::round_while_writing): a separate pass reading them all back
-// took 3% of a bf16 prefill, and more of the matmuls after it.
+// took 3% of a bf16 prefill.
 class Bf16Activations {
  public:
   // Sizes the form for n rows of `cols` inputs; its rows are then filled by round().

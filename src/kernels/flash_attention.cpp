@@ -631,9 +631,12 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"))) void attend_av
 namespace bf16_products {
 
 constexpr int kWidth = 16;  // rows (or dims) per fp32 vector
-// Register tiles: 4 row vectors x 4 keys of scores, 4 rows x 4 dim vectors of P·V (16
-// accumulators each, enough independent chains for vdpbf16ps' latency on two pipes).
+// Register tiles: 4 row vectors x 4 keys of scores (1 x 16 for a decode tile's single row
+// vector), 4 rows x 4 dim vectors of P·V (16 accumulators each, enough independent
+// chains for vdpbf16ps' latency on two pipes).
 constexpr int kScoreVectors = 4, kScoreKeys = 4, kPvRows = 4, kPvVectors = 4;
+// Keys per score tile when the tile is one row vector.
+constexpr int kDecodeScoreKeys = 16;
 using Softmax = Config<L16, L16, Scores::kOuter, kScoreVectors, kScoreKeys, kPvRows, kPvVectors>;
 
 ERNIE_BF16_TARGET inline __m512bh pairs_at(const float* p) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p)); }
@@ -681,24 +684,27 @@ ERNIE_BF16_TARGET inline void load_query_pairs(const Problem& p, int64_t r0, int
 }
 
 // S[j][rows of row vectors rv0 .. rv0+RV) = factor · Σ_d q_d k_jd, k from bf16 rows.
-template <int RV>
-ERNIE_BF16_TARGET inline void outer_pair_scores(const Problem& p, int t_pad, int rv0, const uint8_t* const* krow, int nb_pad,
-                                          float factor) {
+// Keys [j_begin, j_end) in tiles of `Keys` (j_end - j_begin a multiple of it). Every
+// (row, key) sum runs over the head_dim pairs in order whatever the tile, so a row's
+// scores are the same bits in any of them.
+template <int RV, int Keys = kScoreKeys>
+ERNIE_BF16_TARGET inline void outer_pair_scores(const Problem& p, int t_pad, int rv0, const uint8_t* const* krow,
+                                                int j_begin, int j_end, float factor) {
   const __m512 scale = _mm512_set1_ps(factor);
-  for (int j0 = 0; j0 < nb_pad; j0 += kScoreKeys) {
-    __m512 acc[kScoreKeys][RV];
-    for (int k = 0; k < kScoreKeys; ++k)
+  for (int j0 = j_begin; j0 < j_end; j0 += Keys) {
+    __m512 acc[Keys][RV];
+    for (int k = 0; k < Keys; ++k)
       for (int b = 0; b < RV; ++b) acc[k][b] = _mm512_setzero_ps();
     const float* column = p.qt + rv0 * kWidth;
     for (int i = 0; i < p.head_dim / 2; ++i, column += t_pad) {
       __m512bh q[RV];
       for (int b = 0; b < RV; ++b) q[b] = pairs_at(column + b * kWidth);
-      for (int k = 0; k < kScoreKeys; ++k) {
+      for (int k = 0; k < Keys; ++k) {
         const __m512bh key = broadcast_pair(krow[j0 + k] + 4 * i);
         for (int b = 0; b < RV; ++b) acc[k][b] = _mm512_dpbf16_ps(acc[k][b], q[b], key);
       }
     }
-    for (int k = 0; k < kScoreKeys; ++k)
+    for (int k = 0; k < Keys; ++k)
       for (int b = 0; b < RV; ++b) _mm512_storeu_ps(p.s + (j0 + k) * t_pad + (rv0 + b) * kWidth, _mm512_mul_ps(acc[k][b], scale));
   }
 }
@@ -770,6 +776,7 @@ ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
   const uint8_t* vrow[kBlockKeys];
   const size_t head_offset = sizeof(uint16_t) * static_cast<size_t>(p.kv_head) * hd;
   const int64_t n_keys = max_limit + 1;
+  const int row_lines = static_cast<int>((sizeof(uint16_t) * static_cast<size_t>(hd) + 63) / 64);  // one kv head's part of a row
   for (int64_t k0 = 0; k0 < n_keys; k0 += kBlockKeys) {
     const int nb = static_cast<int>(std::min<int64_t>(kBlockKeys, n_keys - k0));
     const int nb_pad = static_cast<int>(round_up(static_cast<size_t>(nb), kScoreKeys));
@@ -780,11 +787,27 @@ ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
       krow[j] = static_cast<const uint8_t*>(p.key_rows[at]) + head_offset;
       vrow[j] = static_cast<const uint8_t*>(p.value_rows[at]) + head_offset;
     }
-    int rv = 0;
-    for (; rv + kScoreVectors <= t_pad / kWidth; rv += kScoreVectors)
-      outer_pair_scores<kScoreVectors>(p, t_pad, rv, krow, nb_pad, factor);
-    for (; rv + 2 <= t_pad / kWidth; rv += 2) outer_pair_scores<2>(p, t_pad, rv, krow, nb_pad, factor);
-    for (; rv < t_pad / kWidth; ++rv) outer_pair_scores<1>(p, t_pad, rv, krow, nb_pad, factor);
+    if (t_pad == kWidth) {
+      // One row vector (decode: a token's group of heads). The next block's keys and
+      // values come in while this one is scored: a block is then a few thousand cycles
+      // of work, and a long context's rows, a layer apart in time, come from memory.
+      const int64_t next_end = std::min(n_keys, k0 + 2 * kBlockKeys);
+      for (int64_t at = k0 + kBlockKeys; at < next_end; ++at)
+        for (int line = 0; line < row_lines; ++line) {
+          __builtin_prefetch(static_cast<const uint8_t*>(p.key_rows[at]) + head_offset + 64 * line, 0, 3);
+          __builtin_prefetch(static_cast<const uint8_t*>(p.value_rows[at]) + head_offset + 64 * line, 0, 3);
+        }
+      // Scores 16 keys at a time: 4 keys would be 4 chains, a third of vdpbf16ps' rate.
+      const int wide = nb_pad / kDecodeScoreKeys * kDecodeScoreKeys;
+      outer_pair_scores<1, kDecodeScoreKeys>(p, t_pad, 0, krow, 0, wide, factor);
+      outer_pair_scores<1>(p, t_pad, 0, krow, wide, nb_pad, factor);
+    } else {
+      int rv = 0;
+      for (; rv + kScoreVectors <= t_pad / kWidth; rv += kScoreVectors)
+        outer_pair_scores<kScoreVectors>(p, t_pad, rv, krow, 0, nb_pad, factor);
+      for (; rv + 2 <= t_pad / kWidth; rv += 2) outer_pair_scores<2>(p, t_pad, rv, krow, 0, nb_pad, factor);
+      for (; rv < t_pad / kWidth; ++rv) outer_pair_scores<1>(p, t_pad, rv, krow, 0, nb_pad, factor);
+    }
 
     softmax_block<Softmax>(p, t_pad, nb_pad, k0, k0 + nb_pad - 1 > min_limit);
     pair_block(p, t_pad, vrow, nb_pad);

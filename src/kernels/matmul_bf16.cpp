@@ -282,21 +282,6 @@ bool has_avx2_products() {
 #endif
 }
 
-void round_range(const float* x, int64_t cols, int64_t stride, int64_t t0, int64_t t1, int64_t c0, int64_t c1,
-                 uint16_t* out) {
-#if defined(__x86_64__)
-  if (has_bf16_instructions()) {
-    round_range_avx512(x, cols, stride, t0, t1, c0, c1, out);
-    return;
-  }
-#endif
-  for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t i = c0; i < c1; ++i) out[t * stride + i] = f32_to_bf16(x[t * cols + i]);
-    if (c1 == cols)
-      for (int64_t i = cols; i < stride; ++i) out[t * stride + i] = 0;
-  }
-}
-
 // Work units [begin, end): unit u is panel u / chunks for the tokens of chunk
 // u % chunks (kTokenChunk tokens each), kTokens tokens at a time. row_of(t) is token t's
 // activations as its panel kernel takes them, and panel(...) multiplies one panel.
@@ -384,12 +369,15 @@ void Bf16Activations::reset(int64_t n, int64_t cols) {
 
 void Bf16Activations::round(const float* x, int64_t t0, int64_t t1, int64_t c0, int64_t c1) {
 #if defined(__x86_64__)
-  if (has_avx2_products()) {
-    round_range_to_floats_avx2(x, cols_, stride_, t0, t1, c0, c1, floats_.data());
-    return;
-  }
+  if (has_avx2_products()) return round_range_to_floats_avx2(x, cols_, stride_, t0, t1, c0, c1, floats_.data());
+  if (has_bf16_instructions()) return round_range_avx512(x, cols_, stride_, t0, t1, c0, c1, bf16_.data());
 #endif
-  round_range(x, cols_, stride_, t0, t1, c0, c1, bf16_.data());
+  for (int64_t t = t0; t < t1; ++t) {
+    uint16_t* row = bf16_.data() + t * stride_;
+    for (int64_t i = c0; i < c1; ++i) row[i] = f32_to_bf16(x[t * cols_ + i]);
+    if (c1 == cols_)
+      for (int64_t i = cols_; i < stride_; ++i) row[i] = 0;  // the padding input
+  }
 }
 
 void Bf16Activations::round_all(ThreadPool& pool, const float* x) {

@@ -787,26 +787,26 @@ ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
       krow[j] = static_cast<const uint8_t*>(p.key_rows[at]) + head_offset;
       vrow[j] = static_cast<const uint8_t*>(p.value_rows[at]) + head_offset;
     }
-    if (t_pad == kWidth) {
-      // One row vector (decode: a token's group of heads). The next block's keys and
-      // values come in while this one is scored: a block is then a few thousand cycles
-      // of work, and a long context's rows, a layer apart in time, come from memory.
-      const int64_t next_end = std::min(n_keys, k0 + 2 * kBlockKeys);
-      for (int64_t at = k0 + kBlockKeys; at < next_end; ++at)
-        for (int line = 0; line < row_lines; ++line) {
-          __builtin_prefetch(static_cast<const uint8_t*>(p.key_rows[at]) + head_offset + 64 * line, 0, 3);
-          __builtin_prefetch(static_cast<const uint8_t*>(p.value_rows[at]) + head_offset + 64 * line, 0, 3);
-        }
-      // Scores 16 keys at a time: 4 keys would be 4 chains, a third of vdpbf16ps' rate.
+    // The next block's keys and values come in while this one is worked on: a decode
+    // tile's block is a few thousand cycles of work, and a long context's rows, a layer
+    // apart in time, come from memory; a prefill tile past a few thousand positions reads
+    // them from L3.
+    const int64_t next_end = std::min(n_keys, k0 + 2 * kBlockKeys);
+    for (int64_t at = k0 + kBlockKeys; at < next_end; ++at)
+      for (int line = 0; line < row_lines; ++line) {
+        __builtin_prefetch(static_cast<const uint8_t*>(p.key_rows[at]) + head_offset + 64 * line, 0, 3);
+        __builtin_prefetch(static_cast<const uint8_t*>(p.value_rows[at]) + head_offset + 64 * line, 0, 3);
+      }
+    int rv = 0;
+    for (; rv + kScoreVectors <= t_pad / kWidth; rv += kScoreVectors)
+      outer_pair_scores<kScoreVectors>(p, t_pad, rv, krow, 0, nb_pad, factor);
+    for (; rv + 2 <= t_pad / kWidth; rv += 2) outer_pair_scores<2>(p, t_pad, rv, krow, 0, nb_pad, factor);
+    if (rv < t_pad / kWidth) {
+      // A lone row vector (decode: a token's group of heads) scores 16 keys at a time: 4
+      // keys would be 4 chains, a third of vdpbf16ps' rate.
       const int wide = nb_pad / kDecodeScoreKeys * kDecodeScoreKeys;
-      outer_pair_scores<1, kDecodeScoreKeys>(p, t_pad, 0, krow, 0, wide, factor);
-      outer_pair_scores<1>(p, t_pad, 0, krow, wide, nb_pad, factor);
-    } else {
-      int rv = 0;
-      for (; rv + kScoreVectors <= t_pad / kWidth; rv += kScoreVectors)
-        outer_pair_scores<kScoreVectors>(p, t_pad, rv, krow, 0, nb_pad, factor);
-      for (; rv + 2 <= t_pad / kWidth; rv += 2) outer_pair_scores<2>(p, t_pad, rv, krow, 0, nb_pad, factor);
-      for (; rv < t_pad / kWidth; ++rv) outer_pair_scores<1>(p, t_pad, rv, krow, 0, nb_pad, factor);
+      outer_pair_scores<1, kDecodeScoreKeys>(p, t_pad, rv, krow, 0, wide, factor);
+      outer_pair_scores<1>(p, t_pad, rv, krow, wide, nb_pad, factor);
     }
 
     softmax_block<Softmax>(p, t_pad, nb_pad, k0, k0 + nb_pad - 1 > min_limit);

@@ -639,6 +639,10 @@ constexpr int kScoreVectors = 4, kScoreKeys = 4, kPvRows = 4, kPvVectors = 4;
 constexpr int kDecodeScoreKeys = 16;
 // Keys per score tile when the tile is at most half a row vector (two_key_scores).
 constexpr int kTwoKeyScoreKeys = 32;
+// Lines of the next block's rows a decode tile asks for per step of its loops (RowPrefetch):
+// per block of 64 keys at head_dim 128, 32 score steps, 32 value pairs and 64 P·V steps
+// ask for 4 each, the block's 512 lines (4 of keys and 4 of values a key).
+constexpr int kPrefetchLinesPerStep = 4;
 using Softmax = Config<L16, L16, Scores::kOuter, kScoreVectors, kScoreKeys, kPvRows, kPvVectors>;
 
 ERNIE_BF16_TARGET inline __m512bh pairs_at(const float* p) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p)); }
@@ -711,6 +715,35 @@ ERNIE_BF16_TARGET inline void outer_pair_scores(const Problem& p, int t_pad, int
   }
 }
 
+// The next key block's key and value rows (one kv head's part of each), asked for in
+// order a few 64-byte lines at a time by ask(n), or all that are left by ask_rest().
+struct RowPrefetch {
+  const void* const* key_rows;
+  const void* const* value_rows;
+  size_t offset;  // the kv head's part of a row
+  int lines;      // 64-byte lines of that part
+  int64_t at, end;
+  int line = 0;  // of key `at`: its key lines, then its value lines
+
+  void ask(int n) {
+    for (; n > 0 && at < end; --n) {
+      const bool key = line < lines;
+      const void* row = key ? key_rows[at] : value_rows[at];
+      __builtin_prefetch(static_cast<const uint8_t*>(row) + offset + 64 * (key ? line : line - lines), 0, 3);
+      if (++line == 2 * lines) {
+        line = 0;
+        ++at;
+      }
+    }
+  }
+  void ask_rest() { ask(std::numeric_limits<int>::max()); }
+};
+
+// Pairs i0 .. i0+3 of a key row, in both 128-bit lanes.
+ERNIE_BF16_TARGET inline __m256i four_pairs(const uint8_t* row, int i0) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 4 * i0)));
+}
+
 // S[j][rows 0..7] as outer_pair_scores computes it, for a tile of at most 8 rows (decode:
 // a token's group of heads, 8 at 0.3B and 300B-A47B, 5 at 21B-A3B), two keys per
 // vdpbf16ps: lanes 0..7 take key j and lanes 8..15 key j + 1, against the rows' queries in
@@ -720,14 +753,10 @@ ERNIE_BF16_TARGET inline void outer_pair_scores(const Problem& p, int t_pad, int
 // the loop on broadcasts whether one key or two shared a vector (scratch test, 512 keys
 // in L2: 11.7 ns a key one key per vector, 11.6 two by masked broadcast, 11.1 two by
 // vpermd, 7.5 this way). Every lane still adds its pairs in order, so the scores are the
-// same bits; rows 8..15 get the zeros their zero queries would.
-// Pairs i0 .. i0+3 of a key row, in both 128-bit lanes.
-ERNIE_BF16_TARGET inline __m256i four_pairs(const uint8_t* row, int i0) {
-  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 4 * i0)));
-}
-
+// same bits; rows 8..15 get the zeros their zero queries would. Each step of 4 pairs asks
+// `next` for kPrefetchLinesPerStep lines of the next block.
 ERNIE_BF16_TARGET inline void two_key_scores(const Problem& p, const uint8_t* const* krow, int j_begin, int j_end,
-                                             float factor) {
+                                             float factor, RowPrefetch& next) {
   constexpr int kPairs = kTwoKeyScoreKeys / 2;
   const __m512 scale = _mm512_set1_ps(factor);
   const __m256 zero = _mm256_setzero_ps();
@@ -735,6 +764,7 @@ ERNIE_BF16_TARGET inline void two_key_scores(const Problem& p, const uint8_t* co
     __m512 acc[kPairs];
     for (int k = 0; k < kPairs; ++k) acc[k] = _mm512_setzero_ps();
     for (int i0 = 0; i0 < p.head_dim / 2; i0 += 4) {
+      next.ask(kPrefetchLinesPerStep);
       __m512bh q[4];
       for (int i = 0; i < 4; ++i)
         q[i] = reinterpret_cast<__m512bh>(
@@ -760,8 +790,11 @@ ERNIE_BF16_TARGET inline void two_key_scores(const Problem& p, const uint8_t* co
 }
 
 // The block's probabilities (p.s, fp32 [key][row]) rounded to bf16 in pairs of keys per
-// row, and its values interleaved in pairs of keys per dim into p.vf.
-ERNIE_BF16_TARGET inline void pair_block(const Problem& p, int t_pad, const uint8_t* const* vrow, int nb_pad) {
+// row, and its values interleaved in pairs of keys per dim into p.vf, asking `next` for
+// AskLines lines per pair.
+template <int AskLines>
+ERNIE_BF16_TARGET inline void pair_block(const Problem& p, int t_pad, const uint8_t* const* vrow, int nb_pad,
+                                         RowPrefetch& next) {
   // vcvtne2ps2bf16 puts its second operand's 16 values in the low half, so key 2j's
   // probabilities come out as words 0..15 and key 2j+1's as 16..31; vpermw pairs them.
   const __m512i probability_order = pair_index(0, 16);
@@ -780,6 +813,7 @@ ERNIE_BF16_TARGET inline void pair_block(const Problem& p, int t_pad, const uint
     const uint8_t* a = vrow[2 * jp];
     const uint8_t* b = vrow[2 * jp + 1];
     float* dst = p.vf + static_cast<size_t>(jp) * hd;
+    if constexpr (AskLines > 0) next.ask(AskLines);
     for (int d = 0; d < hd; d += 32) {
       const __m512i va = _mm512_loadu_si512(a + 2 * d), vb = _mm512_loadu_si512(b + 2 * d);
       _mm512_storeu_si512(dst + d, _mm512_permutex2var_epi16(va, low, vb));
@@ -788,9 +822,11 @@ ERNIE_BF16_TARGET inline void pair_block(const Problem& p, int t_pad, const uint
   }
 }
 
-// O[r0 .. r0+kPvRows)[c0 .. c0+DC·16) = alpha·O + P·V over the block's key pairs.
-template <int DC>
-ERNIE_BF16_TARGET inline void pair_accumulate(const Problem& p, int t_pad, int r0, int pairs, int c0) {
+// O[r0 .. r0+kPvRows)[c0 .. c0+DC·16) = alpha·O + P·V over the block's key pairs, asking
+// `next` for AskLines lines every second pair.
+template <int DC, int AskLines>
+ERNIE_BF16_TARGET inline void pair_accumulate(const Problem& p, int t_pad, int r0, int pairs, int c0,
+                                              RowPrefetch& next) {
   __m512 acc[kPvRows][DC];
   for (int i = 0; i < kPvRows; ++i) {
     const __m512 alpha = _mm512_set1_ps(p.alpha[r0 + i]);
@@ -798,6 +834,8 @@ ERNIE_BF16_TARGET inline void pair_accumulate(const Problem& p, int t_pad, int r
       acc[i][c] = _mm512_mul_ps(_mm512_loadu_ps(p.o + (r0 + i) * p.o_stride + c0 + c * kWidth), alpha);
   }
   for (int jp = 0; jp < pairs; ++jp) {
+    if constexpr (AskLines > 0)
+      if (jp % 2 == 0) next.ask(AskLines);
     __m512bh v[DC];
     for (int c = 0; c < DC; ++c) v[c] = pairs_at(p.vf + static_cast<size_t>(jp) * p.head_dim + c0 + c * kWidth);
     const float* probabilities = p.probability_pairs + jp * t_pad + r0;
@@ -808,6 +846,19 @@ ERNIE_BF16_TARGET inline void pair_accumulate(const Problem& p, int t_pad, int r
   }
   for (int i = 0; i < kPvRows; ++i)
     for (int c = 0; c < DC; ++c) _mm512_storeu_ps(p.o + (r0 + i) * p.o_stride + c0 + c * kWidth, acc[i][c]);
+}
+
+// O += P·V for the tile's first pv_rows rows, in groups of kPvRows rows and kPvVectors
+// dim vectors.
+template <int AskLines>
+ERNIE_BF16_TARGET inline void value_products(const Problem& p, int t_pad, int pv_rows, int nb_pad, RowPrefetch& next) {
+  const int hd = p.head_dim;
+  for (int r = 0; r < pv_rows; r += kPvRows) {
+    int c = 0;
+    for (; c + kPvVectors * kWidth <= hd; c += kPvVectors * kWidth)
+      pair_accumulate<kPvVectors, AskLines>(p, t_pad, r, nb_pad / 2, c, next);
+    for (; c < hd; c += kWidth) pair_accumulate<1, AskLines>(p, t_pad, r, nb_pad / 2, c, next);
+  }
 }
 
 ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
@@ -837,16 +888,18 @@ ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
       krow[j] = static_cast<const uint8_t*>(p.key_rows[at]) + head_offset;
       vrow[j] = static_cast<const uint8_t*>(p.value_rows[at]) + head_offset;
     }
-    // The next block's keys and values come in while this one is worked on: a decode
-    // tile's block is a few thousand cycles of work, and a long context's rows, a layer
-    // apart in time, come from memory; a prefill tile past a few thousand positions reads
-    // them from L3.
-    const int64_t next_end = std::min(n_keys, k0 + 2 * kBlockKeys);
-    for (int64_t at = k0 + kBlockKeys; at < next_end; ++at)
-      for (int line = 0; line < row_lines; ++line) {
-        __builtin_prefetch(static_cast<const uint8_t*>(p.key_rows[at]) + head_offset + 64 * line, 0, 3);
-        __builtin_prefetch(static_cast<const uint8_t*>(p.value_rows[at]) + head_offset + 64 * line, 0, 3);
-      }
+    // The next block's keys and values come in while this one is worked on: a long
+    // context's rows, a layer apart in time, come from memory, and a prefill tile past a
+    // few thousand positions reads them from L3. A prefill tile asks for all of them
+    // here. A decode tile's block is only a few thousand cycles of work, about as long as
+    // its 512 lines take to arrive, and asked for at once they kept the core waiting
+    // behind the requests, so it asks a few lines at a time through its loops instead
+    // (one thread, 18 layers x 2 kv heads of 8000 positions from memory: 18.0-23.6 ms a
+    // token for attention -> 14.2-14.7, the rows' bytes alone take 7.6 to read).
+    RowPrefetch next{p.key_rows, p.value_rows, head_offset, row_lines, k0 + kBlockKeys,
+                     std::min(n_keys, k0 + 2 * kBlockKeys)};
+    const bool two_keys = t_pad == kWidth && rows <= kWidth / 2;
+    if (!two_keys) next.ask_rest();
     int rv = 0;
     for (; rv + kScoreVectors <= t_pad / kWidth; rv += kScoreVectors)
       outer_pair_scores<kScoreVectors>(p, t_pad, rv, krow, 0, nb_pad, factor);
@@ -855,22 +908,21 @@ ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
       // A lone row vector (decode: a token's group of heads) scores 16 keys at a time: 4
       // keys would be 4 chains, a third of vdpbf16ps' rate. A tile of at most 8 rows
       // scores two keys per instruction.
-      int paired = 0;
-      if (t_pad == kWidth && rows <= kWidth / 2) {
-        paired = nb_pad / kTwoKeyScoreKeys * kTwoKeyScoreKeys;
-        two_key_scores(p, krow, 0, paired, factor);
-      }
+      const int paired = two_keys ? nb_pad / kTwoKeyScoreKeys * kTwoKeyScoreKeys : 0;
+      two_key_scores(p, krow, 0, paired, factor, next);
       const int wide = paired + (nb_pad - paired) / kDecodeScoreKeys * kDecodeScoreKeys;
       outer_pair_scores<1, kDecodeScoreKeys>(p, t_pad, rv, krow, paired, wide, factor);
       outer_pair_scores<1>(p, t_pad, rv, krow, wide, nb_pad, factor);
     }
 
     softmax_block<Softmax>(p, t_pad, nb_pad, k0, k0 + nb_pad - 1 > min_limit);
-    pair_block(p, t_pad, vrow, nb_pad);
-    for (int r = 0; r < pv_rows; r += kPvRows) {
-      int c = 0;
-      for (; c + kPvVectors * kWidth <= hd; c += kPvVectors * kWidth) pair_accumulate<kPvVectors>(p, t_pad, r, nb_pad / 2, c);
-      for (; c < hd; c += kWidth) pair_accumulate<1>(p, t_pad, r, nb_pad / 2, c);
+    if (two_keys) {
+      pair_block<kPrefetchLinesPerStep>(p, t_pad, vrow, nb_pad, next);
+      value_products<kPrefetchLinesPerStep>(p, t_pad, pv_rows, nb_pad, next);
+      next.ask_rest();
+    } else {
+      pair_block<0>(p, t_pad, vrow, nb_pad, next);
+      value_products<0>(p, t_pad, pv_rows, nb_pad, next);
     }
   }
 

@@ -898,7 +898,7 @@ ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
     // token for attention -> 14.2-14.7, the rows' bytes alone take 7.6 to read).
     RowPrefetch next{p.key_rows, p.value_rows, head_offset, row_lines, k0 + kBlockKeys,
                      std::min(n_keys, k0 + 2 * kBlockKeys)};
-    const bool two_keys = t_pad == kWidth && rows <= kWidth / 2;
+    const bool two_keys = rows <= kWidth / 2;  // one row vector, half of it padding
     if (!two_keys) next.ask_rest();
     int rv = 0;
     for (; rv + kScoreVectors <= t_pad / kWidth; rv += kScoreVectors)

@@ -572,7 +572,7 @@ void matmul_integer_batch(ThreadPool& pool, std::span<const QuantizedActivations
   // weights. Decode (few tokens) is bound by memory: parallel_streams gives each thread
   // one contiguous share, as long a stream as there can be (measured on the 0.3B shape at
   // wint4: 11% more tokens/s than units of 12 panels claimed in turn), and a thread done
-  // with its share takes single panels off the back of the other's. Prefill is bound by
+  // with its share takes half of what the other has left off its back. Prefill is bound by
   // arithmetic: units of 3 panels (one 4x3 tile column) even out the threads' shares, at
   // the cost of re-reading activations from cache.
   IntegerWeight described[kMaxBatchWeights];

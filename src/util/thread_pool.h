@@ -47,8 +47,9 @@ class ThreadPool {
 
   // The same contract as parallel_for, for loops bound by memory bandwidth (decode's
   // weight streams): thread i takes share i of [0, n) front to back, in pieces that
-  // shrink as the share runs out, so each thread reads one long sequential run; a thread
-  // whose share is done then takes `unit`-long pieces from the back of the others'. The
+  // shrink as the share runs out (at least `unit` long), so each thread reads one long
+  // sequential run; a thread whose share is done then takes half of what another has left
+  // (at least `unit`) from its back, again and again until nothing is left. The
   // loop ends when the work does, not when the slowest thread's fixed half would (on a
   // shared machine one core often runs slower than the other for a while).
   void parallel_streams(size_t n, size_t unit, FunctionRef<void(size_t, size_t)> body);

@@ -108,7 +108,8 @@ TEST(ThreadPoolTest, StreamsCoverEveryIndexExactlyOnce) {
 }
 
 // A thread slowed down on its share gets help: the other, done with its own, takes
-// `unit`-long pieces from the back of it, while the owner's pieces go front to back.
+// half of what is left from the back of it, again and again, while the owner's pieces
+// go front to back.
 // Indices of the first share cost 500 us each and the rest nothing, so without help the
 // loop would last as long as one thread doing the whole first share.
 TEST(ThreadPoolTest, AFinishedStreamTakesTheBackOfASlowOne) {
@@ -133,17 +134,20 @@ TEST(ThreadPoolTest, AFinishedStreamTakesTheBackOfASlowOne) {
     if (piece.begin == 0) owner = piece.thread;
   }
   for (size_t i = 0; i < kN; ++i) ASSERT_EQ(hits[i], 1) << i;
-  size_t helped = 0, owner_next = 0;
+  size_t helped = 0, helper_pieces = 0, owner_next = 0;
   for (const Piece& piece : pieces) {
     if (piece.begin >= kN / 2) continue;
     if (piece.thread == owner) {
       EXPECT_EQ(piece.begin, owner_next) << "the owner's pieces run front to back";
       owner_next = piece.end;
     } else {
-      EXPECT_LE(piece.end - piece.begin, kUnit);
       helped += piece.end - piece.begin;
+      ++helper_pieces;
     }
   }
+  // Halves of what is left: a handful of long runs (about log2 of the share), where
+  // unit-long pieces would be dozens.
+  EXPECT_LE(helper_pieces, 12u);
   // Both threads progress through the first share at about one index per 500 us, so
   // the helper takes about half of it; a quarter allows for a late start.
   EXPECT_GE(helped, kN / 8);

@@ -116,6 +116,22 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
   Stopwatch stopwatch;
   ModelConfig config = load_model_config(model_dir);
   std::unique_ptr<Checkpoint> checkpoint = Checkpoint::open(model_dir);
+  const bool prequantized = is_prequantized(*checkpoint);
+  // Before the weights are built: a pre-quantized checkpoint's packed Linears are copied
+  // out of the mapping as they are attached and their pages handed back, which a read
+  // afterwards would bring back. A tensor-parallel rank reads only its slices, on first
+  // use: reading the whole checkpoint in would give every rank all of it.
+  if (report_progress && !shard.sharded() && (prequantized || !quantization.quantizes_weights())) {
+    // Mapped weights come in from disk on first use; reading them now (when they fit)
+    // keeps the first request from paying for it and shows how far loading is.
+    const uint64_t bytes = checkpoint->total_tensor_bytes();
+    if (bytes + bytes / 8 < read_memory_budget().available) {
+      ByteProgress progress("reading weights", bytes);
+      checkpoint->page_in(pool, progress);
+    } else {
+      log_info("the weights (", bytes / 1e9, " GB) exceed the free memory: their pages are read on first use");
+    }
+  }
   ErnieWeights weights = load_ernie_weights(*checkpoint, config, on_layer_loaded, &shard);
   std::unique_ptr<Checkpoint> mtp_checkpoint;
   if (!mtp_dir.empty() && shard.sharded()) fail("a separate MTP checkpoint cannot be used with tensor parallelism");
@@ -128,8 +144,7 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
   report.tensor_bytes = checkpoint->total_tensor_bytes();
   report.num_files = checkpoint->num_files();
   report.layout = weights.layout;
-  std::unique_ptr<SafetensorsFile> cached;
-  const bool prequantized = is_prequantized(*checkpoint);
+  bool cached = false;
   if (prequantized) {
     // `ernie quantize` packed the weights already: only Linears it could not hold (an MTP
     // head from another checkpoint) are quantized now, and there is nothing to cache.
@@ -150,37 +165,16 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
                         (shard.expert_parallel ? " ep" : ""));
     const std::string key = cache_dir.empty() ? "" : quantized_cache_key(sources, quantization);
     const std::string cache_path = cache_dir.empty() ? "" : quantized_cache_path(cache_dir, key);
-    if (!cache_path.empty()) cached = load_quantized_cache(cache_path, key, weights);
+    if (!cache_path.empty()) cached = load_quantized_cache(cache_path, key, weights, pool, report_progress);
     if (cached) {
       report.from_cache = true;
-      log_info("quantized weights mapped from the cache ", cache_path);
-      if (report_progress) {
-        // Read them in now, or the first requests fault them in page by page.
-        const std::span<const uint8_t> whole(cached->data(cached->header().tensors.front()),
-                                             cached->header().tensors.back().offset + cached->header().tensors.back().size -
-                                                 cached->header().tensors.front().offset);
-        ByteProgress progress("reading cached weights", whole.size());
-        page_in(pool, std::span<const std::span<const uint8_t>>(&whole, 1), &progress);
-      }
+      log_info("quantized weights read from the cache ", cache_path);
     } else {
       report.kept_dense = quantize_weights(weights, quantization, pool, report_progress);
       if (!cache_path.empty() && save_quantized_cache(cache_path, key, weights))
         log_info("quantized weights saved to the cache ", cache_path, " for the next start");
     }
     report.quantize_seconds = quantize_time.seconds();
-  }
-  // A tensor-parallel rank reads only its slices, on first use: reading the whole
-  // checkpoint in would give every rank all of it.
-  if (report_progress && !shard.sharded() && (prequantized || !quantization.quantizes_weights())) {
-    // Mapped weights come in from disk on first use; reading them now (when they fit)
-    // keeps the first request from paying for it and shows how far loading is.
-    const uint64_t bytes = checkpoint->total_tensor_bytes();
-    if (bytes + bytes / 8 < read_memory_budget().available) {
-      ByteProgress progress("reading weights", bytes);
-      checkpoint->page_in(pool, progress);
-    } else {
-      log_info("the weights (", bytes / 1e9, " GB) exceed the free memory: their pages are read on first use");
-    }
   }
   // bf16 products read the bf16 weights in their own layout: repacked once, here.
   if (bf16_products_active()) {
@@ -192,7 +186,6 @@ std::unique_ptr<ErnieModel> ErnieModel::load(const std::string& model_dir, Threa
   auto model = std::make_unique<ErnieModel>(std::move(config), std::move(checkpoint), std::move(weights), pool,
                                             quantization.kv_cache, shard, communicator);
   model->mtp_checkpoint_ = std::move(mtp_checkpoint);
-  model->quantized_cache_ = std::move(cached);
   report.seconds = stopwatch.seconds();
   model->load_report_ = report;
   return model;

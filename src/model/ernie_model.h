@@ -200,7 +200,6 @@ class ErnieModel final : public LanguageModel {
   std::vector<int> gather_counts_;
   std::unique_ptr<Checkpoint> checkpoint_;  // keeps zero-copy weights mapped
   std::unique_ptr<Checkpoint> mtp_checkpoint_;  // the same for an MTP head loaded from elsewhere
-  std::unique_ptr<SafetensorsFile> quantized_cache_;  // packed weights mapped from the cache
   ErnieWeights weights_;
   ThreadPool& pool_;
   KvStorage kv_storage_;

@@ -2,9 +2,9 @@
 // with --quantization has packed the weights, they are written to one safetensors file
 // under the cache directory, keyed by the checkpoint's files (names, sizes, modification
 // times), its config.json, the quantization plan and this cache's format version. The next
-// start with the same key maps that file and uses the packed weights in place: no bf16
-// page is read and nothing is converted. A stale or damaged file is never used; it is
-// rebuilt.
+// start with the same key maps that file and copies the packed weights out of it into
+// huge-page memory (util/weight_buffer.h): no bf16 page is read and nothing is converted.
+// A stale or damaged file is never used; it is rebuilt.
 //
 // File layout: for each quantized Linear, in the loader's fixed order, "linear.N.data"
 // (U8: the packed values as the kernels read them) and "linear.N.scales" (F16 for the
@@ -23,6 +23,7 @@
 #include "model/quantization.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
+#include "util/thread_pool.h"
 
 namespace ernie {
 
@@ -36,11 +37,12 @@ std::string quantized_cache_dir();
 std::string quantized_cache_key(const std::vector<std::string>& model_dirs, const QuantizationPlan& plan);
 std::string quantized_cache_path(const std::string& cache_dir, const std::string& key);
 
-// Replaces the Linears of `weights` by views of the cache file at `path` when it holds
-// exactly them (the same key, shapes and formats). Returns the mapped file, which must
-// outlive the weights, or null (nothing changed) when the file is absent, stale or damaged.
-std::unique_ptr<SafetensorsFile> load_quantized_cache(const std::string& path, const std::string& key,
-                                                      ErnieWeights& weights);
+// Replaces the Linears of `weights` by copies of those in the cache file at `path` when it
+// holds exactly them (the same key, shapes and formats), the file read in on `pool`'s
+// threads first (with a progress line when `report_progress`). Returns false (nothing
+// changed) when the file is absent, stale or damaged.
+bool load_quantized_cache(const std::string& path, const std::string& key, ErnieWeights& weights, ThreadPool& pool,
+                          bool report_progress);
 
 // The packed-Linear format the cache and `ernie quantize` checkpoints share: per quantized
 // Linear N (in linear_weights order) metadata "linear.N" = "format group rows cols" and
@@ -59,7 +61,7 @@ struct PackedSource {
   std::function<PackedTensor(const std::string&)> tensor;
 };
 
-// Replaces each Linear of `weights` that `source` describes by a view of its packed data.
+// Replaces each Linear of `weights` that `source` describes by a copy of its packed data.
 // On any mismatch (shape, format, size, alignment) changes nothing and returns why.
 std::optional<std::string> attach_packed_linears(const PackedSource& source, ErnieWeights& weights);
 // The quantized Linears of `weights` as tensors to write (their bytes are copied when

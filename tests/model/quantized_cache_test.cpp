@@ -1,4 +1,4 @@
-// The quantized-weights cache (FD_ENABLE_MODEL_LOAD_CACHE): a second load maps the
+// The quantized-weights cache (FD_ENABLE_MODEL_LOAD_CACHE): a second load takes the
 // packed weights the first one wrote and computes bit-identical logits; a changed
 // checkpoint, another plan or a damaged file is never used, and is rebuilt.
 #include <gtest/gtest.h>
@@ -58,6 +58,21 @@ TEST_F(QuantizedCacheTest, TheSecondLoadMapsThePackedWeightsAndComputesTheSame) 
     EXPECT_EQ(first, second) << "the packed weights must be the very same bytes";
   }
   EXPECT_EQ(cache_files(), 3u) << "one file per plan";
+}
+
+// The cached weights are copied out of the file (into huge-page memory), not read from
+// its mapping: once loaded, the model computes the same with the file cut to nothing,
+// where a read through the mapping would fault.
+TEST_F(QuantizedCacheTest, ALoadedModelNoLongerReadsTheFile) {
+  const auto [reference, unused] = run("wint4");
+  ASSERT_EQ(cache_files(), 1u);
+  const fs::path file = fs::directory_iterator(cache_dir_)->path();
+  auto model = ErnieModel::load(model_dir_, pool_, nullptr, parse_quantization("wint4", load_model_config(model_dir_)));
+  ASSERT_TRUE(model->load_report().from_cache);
+  fs::resize_file(file, 0);
+  auto cache = model->new_kv_cache();
+  const std::vector<int32_t> ids = {1, 17, 300, 45, 9, 1200, 3, 77};
+  EXPECT_EQ(model->forward(single_sequence_batch(*cache, ids, 0, true)), reference);
 }
 
 TEST_F(QuantizedCacheTest, AChangedCheckpointOrADamagedFileIsRebuiltNeverUsed) {

@@ -29,13 +29,16 @@ inline void wait_a_little(int polls) {
 
 uint64_t pack_bounds(uint64_t front, uint64_t back) { return back << 32 | front; }
 
-// Claims up to `want` (at least 1) indices from the front (or the back) of a share.
-bool take_from_share(std::atomic<uint64_t>& bounds, size_t want, bool from_back, size_t& begin, size_t& end) {
+// Claims 1/`divisor` of what is left of a share (at least `unit`, at least 1, at most all)
+// from its front (or its back).
+bool take_from_share(std::atomic<uint64_t>& bounds, size_t unit, uint64_t divisor, bool from_back, size_t& begin,
+                     size_t& end) {
   uint64_t current = bounds.load(std::memory_order_acquire);
   for (;;) {
     const uint64_t front = current & 0xffffffffu, back = current >> 32;
     if (front >= back) return false;
-    const uint64_t take = std::min<uint64_t>(std::max<size_t>(want, 1), back - front);
+    const uint64_t want = std::max<uint64_t>({(back - front) / divisor, unit, 1});
+    const uint64_t take = std::min<uint64_t>(want, back - front);
     const uint64_t next = from_back ? pack_bounds(front, back - take) : pack_bounds(front + take, back);
     if (bounds.compare_exchange_weak(current, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
       begin = static_cast<size_t>(from_back ? back - take : front);
@@ -191,29 +194,13 @@ void ThreadPool::parallel_streams(size_t n, size_t unit, FunctionRef<void(size_t
     size_t begin = 0, end = 0;
     // An eighth of what is left at a time: long runs first, and little left in a piece
     // that another thread could no longer help with.
-    std::atomic<uint64_t>& mine = shares_[own].bounds;
-    for (;;) {
-      const uint64_t bounds = mine.load(std::memory_order_relaxed);
-      const uint64_t front = bounds & 0xffffffffu, back = bounds >> 32;
-      const auto left = static_cast<size_t>(back > front ? back - front : 0);
-      if (!take_from_share(mine, std::max(unit, left / 8), false, begin, end)) break;
-      body(begin, end);
-    }
-    // Then half of what another has left, from its back: one long run rather than many
-    // unit-long ones, each of which would start a cold stream (0.3B at wint4, the decode
-    // weight stream alone: unit-long pieces left the threads idle 3-4% of each loop and
-    // averaged 5-8 pieces per loop; halves 1.5-2 pieces, 2-3% more GB/s over 60
-    // alternating rounds).
-    for (size_t k = 1; k < threads; ++k) {
-      std::atomic<uint64_t>& theirs = shares_[(own + k) % threads].bounds;
-      for (;;) {
-        const uint64_t bounds = theirs.load(std::memory_order_relaxed);
-        const uint64_t front = bounds & 0xffffffffu, back = bounds >> 32;
-        const auto left = static_cast<size_t>(back > front ? back - front : 0);
-        if (!take_from_share(theirs, std::max(unit, left / 2), true, begin, end)) break;
-        body(begin, end);
-      }
-    }
+    while (take_from_share(shares_[own].bounds, unit, 8, false, begin, end)) body(begin, end);
+    // Then half of what another has left, from its back, again and again: one long run
+    // rather than many unit-long ones, each of which would start a cold stream (0.3B at
+    // wint4, the decode weight stream alone: unit-long pieces averaged 5-8 per loop,
+    // halves 1.5-2, and 2-3% more GB/s over 60 alternating rounds).
+    for (size_t k = 1; k < threads; ++k)
+      while (take_from_share(shares_[(own + k) % threads].bounds, unit, 2, true, begin, end)) body(begin, end);
   });
 }
 

@@ -37,7 +37,7 @@ OwnedBytes allocate(size_t value_bytes, size_t scale_bytes) {
   const size_t total = value_space + scale_bytes;
   OwnedBytes owned;
   owned.bytes = allocate_weight_buffer(total);
-  if (owned.bytes == nullptr) fail("out of memory quantizing a weight of ", total, " bytes");
+  if (owned.bytes == nullptr) fail("out of memory for a quantized weight of ", total, " bytes");
   owned.data = owned.bytes.get();
   owned.scales = owned.data + value_space;
   return owned;
@@ -489,6 +489,20 @@ uint64_t weight_bytes(const WeightMatrix& m) {
     case WeightFormat::kBf16Packed: return packed_bf16_bytes(m.rows, m.cols);
   }
   return elements;
+}
+
+WeightMatrix copy_quantized_weight(const WeightMatrix& packed) {
+  if (packed.dense() || packed.format == WeightFormat::kBf16Packed || read_as_stored(packed))
+    fail("copy_quantized_weight takes a matrix quantize_weight made, not a ", weight_format_name(packed.format), " one");
+  const uint64_t values = packed_value_bytes(packed), scales = packed_scale_bytes(packed);
+  const OwnedBytes owned = allocate(values, scales);
+  std::memcpy(owned.data, packed.data, values);
+  std::memcpy(owned.scales, packed.scales, scales);
+  WeightMatrix copy = packed;
+  copy.data = owned.data;
+  copy.scales = owned.scales;
+  copy.storage = owned.bytes;
+  return copy;
 }
 
 uint64_t packed_value_bytes(const WeightMatrix& m) {

@@ -58,6 +58,10 @@ bool can_quantize(const WeightMatrix& dense, WeightFormat format);
 // Throws ernie::Error when can_quantize is false.
 WeightMatrix quantize_weight(const WeightMatrix& dense, WeightFormat format);
 
+// An owning copy of a matrix quantize_weight made (kInt8, kInt4, kInt6, kFp8) whose bytes
+// lie elsewhere (a file mapping), in the same single block as quantize_weight's own.
+WeightMatrix copy_quantized_weight(const WeightMatrix& packed);
+
 // FastDeploy's W4A8 Linear as its releases store it (is_permuted false; docs/quantization.md):
 // `packed` int8 [in/2, total], two signed int4 levels a byte along the inputs (low nibble
 // the even input), `weight_scale` [total] per output and the expert's static

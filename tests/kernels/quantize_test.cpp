@@ -68,6 +68,22 @@ float integer_scale(const WeightMatrix& q, int64_t r, int64_t b) {
 // int6 values at the ends of their code ranges ([-8, 7], [-32, 31]): the error-minimising
 // scale may clip a block's outliers, by at most the 1/8 it shrinks the range plus the
 // missing top code (within 2 steps at int4, 5 at int6).
+// A copy owns bytes of its own, equal to the original's, in the layout the kernels read:
+// it dequantizes to the very same values after the original's storage is gone.
+TEST(QuantizeTest, ACopyOwnsTheSameBytes) {
+  const OwnedDense dense = random_bf16(37, 256, 2, 41);
+  for (WeightFormat format : {WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kInt6, WeightFormat::kFp8}) {
+    WeightMatrix original = quantize_weight(dense.matrix, format);
+    const std::vector<float> expected = dequantize_weight(original);
+    const WeightMatrix copy = copy_quantized_weight(original);
+    EXPECT_NE(copy.data, original.data) << weight_format_name(format);
+    EXPECT_NE(copy.storage, nullptr) << weight_format_name(format);
+    original = WeightMatrix{};  // frees the original's bytes
+    EXPECT_EQ(dequantize_weight(copy), expected) << weight_format_name(format);
+  }
+  EXPECT_THROW(copy_quantized_weight(dense.matrix), Error);
+}
+
 TEST(QuantizeTest, DequantizedValuesAreWithinHalfAStep) {
   const int64_t rows = 37, cols = 256;
   const OwnedDense dense = random_bf16(rows, cols, 2, 97);

@@ -6,10 +6,11 @@ from its description in docs/quantization.md, independently of the C++.
 
 reads, raw little-endian:
   DIR/original.f32  [ROWS, COLS]  the weights before quantization
-  DIR/packed.u8     the packed codes: panels of 16 rows (ROWS padded up), each panel
-                    COLS / 16 units of three 64-byte lines
-  DIR/scales.f16    one fp16 scale per row and block of 32 inputs, panel-major: the 16
-                    scales of panel p, block b at (p * COLS / 32 + b) * 16
+  DIR/packed.u8     panels of 16 rows (ROWS padded up); a panel is its blocks of 32
+                    inputs in pairs, each pair the two blocks' codes (two units of 16
+                    inputs, three 64-byte lines each, per block) then one 64-byte line of
+                    fp16 scales: the 16 rows' of the first block, then of the second (zero
+                    when an odd last block has none)
 and writes DIR/dequantized.f32 [ROWS, COLS]. It exits non-zero, saying why, when the
 format's promises do not hold:
   - every code is its weight divided by the block's stored scale, rounded to nearest and
@@ -26,11 +27,30 @@ PANEL = 16
 GROUP = 32
 
 
-def unpack_codes(packed, rows, cols):
+BLOCK_BYTES = 2 * 3 * 64  # a block's two units
+
+
+def split_panels(packed, rows, cols):
+    """The panels' code bytes [panels, blocks, BLOCK_BYTES] and scales [panels, blocks, 16]."""
+    panels = (rows + PANEL - 1) // PANEL
+    blocks = cols // GROUP
+    pairs = (blocks + 1) // 2
+    pair_bytes = 2 * BLOCK_BYTES + 64
+    if packed.size != panels * pairs * pair_bytes:
+        raise SystemExit(f"packed.u8 holds {packed.size} bytes, the layout {panels * pairs * pair_bytes}")
+    by_pair = packed.reshape(panels, pairs, pair_bytes)
+    codes = by_pair[:, :, : 2 * BLOCK_BYTES].reshape(panels, 2 * pairs, BLOCK_BYTES)
+    scales = by_pair[:, :, 2 * BLOCK_BYTES :].copy().view(np.float16).reshape(panels, 2 * pairs, PANEL)
+    if blocks % 2 and np.any(scales[:, blocks:] != 0):
+        raise SystemExit("the unused half of an odd last scale line is not zero")
+    return codes[:, :blocks], scales[:, :blocks]
+
+
+def unpack_codes(block_codes, rows, cols):
     """Codes c = level + 32 (0..63), [padded rows, cols]."""
     panels = (rows + PANEL - 1) // PANEL
     units = cols // 16
-    lines = packed.reshape(panels, units, 3, PANEL, 4)  # panel, unit, line, row r, byte j
+    lines = block_codes.reshape(panels, units, 3, PANEL, 4)  # panel, unit, line, row r, byte j
     first, second, high = lines[:, :, 0], lines[:, :, 1], lines[:, :, 2]
     codes = np.empty((panels, units, 4, PANEL, 4), np.int64)  # ..., quarter of the unit, r, j
     low_parts = [first & 15, first >> 4, second & 15, second >> 4]
@@ -40,10 +60,10 @@ def unpack_codes(packed, rows, cols):
     return codes.transpose(0, 3, 1, 2, 4).reshape(panels * PANEL, cols)
 
 
-def unpack_scales(raw, rows, cols):
+def unpack_scales(block_scales, rows, cols):
     panels = (rows + PANEL - 1) // PANEL
     blocks = cols // GROUP
-    scales = raw.reshape(panels, blocks, PANEL).astype(np.float32)
+    scales = block_scales.reshape(panels, blocks, PANEL).astype(np.float32)
     return scales.transpose(0, 2, 1).reshape(panels * PANEL, blocks)
 
 
@@ -52,8 +72,9 @@ def main():
     if cols % GROUP:
         raise SystemExit(f"COLS must be a multiple of {GROUP}")
     original = np.fromfile(f"{directory}/original.f32", np.float32).reshape(rows, cols)
-    codes = unpack_codes(np.fromfile(f"{directory}/packed.u8", np.uint8), rows, cols)
-    scales = unpack_scales(np.fromfile(f"{directory}/scales.f16", np.float16), rows, cols)
+    block_codes, block_scales = split_panels(np.fromfile(f"{directory}/packed.u8", np.uint8), rows, cols)
+    codes = unpack_codes(block_codes, rows, cols)
+    scales = unpack_scales(block_scales, rows, cols)
 
     if np.any(codes[rows:] != 32):
         raise SystemExit("a padding row holds a code other than 32")

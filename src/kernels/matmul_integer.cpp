@@ -31,40 +31,33 @@ constexpr int64_t kPrefetchBytes = 4096;
 // Everything a tile needs about the weight, resolved once per call.
 struct IntegerWeight {
   const uint8_t* data;
-  const uint16_t* scales;  // fp16, panel-major (kernels/quantize.h)
+  IntegerPanel panel;  // where a panel keeps its values and fp16 scales (kernels/quantize.h)
   int64_t rows, prows, cols, group, blocks;
-  int64_t panel_bytes;  // bytes of one 16-row panel
-  int bits;             // 8, 6 or 4 (kernels/quantize.h)
+  int bits;            // 8, 6 or 4 (kernels/quantize.h)
   int32_t offset;       // the value stored for zero: 128 (int8), 32 (int6) or 8 (int4)
   // int4: per (token, block) of this call's activations, offset · Σx · scale, what the
   // stored zero adds to a block's product in real units (matmul_integer_group); the AVX2
   // tiles read it, the others remove the offset in integers.
   const float* int4_offsets = nullptr;
 
-  // The 16 scales of panel p's block b.
-  const uint16_t* block_scales(int64_t p, int64_t b) const { return scales + (p * blocks + b) * kQuantPanelRows; }
-  // Decode reads the scales as a second stream beside the values (a sixteenth of int8's
-  // bytes, an eighth of int4's), once per token. Without a prefetch of their own the
-  // first read of each scale line stalled on memory: 22% of the int8 decode tile's
-  // samples. This is the address as far ahead of panel p's block b as kPrefetchBytes is
-  // in the values, blocks of `lines` 64-byte lines (panels are consecutive, so it runs
-  // on into the next panel's; a prefetch past the end is harmless).
-  const char* scales_ahead(int64_t p, int64_t b, int64_t lines) const {
-    return reinterpret_cast<const char*>(block_scales(p, b + kPrefetchBytes / (lines * kLineBytes)));
+  // Panel p's block b: its first value line and its 16 scales. The scales sit in the
+  // panel's own stream, so the values' prefetch brings them in too.
+  const uint8_t* block_values(int64_t p, int64_t b) const { return data + p * panel.bytes + panel.values_at(b); }
+  const uint16_t* block_scales(int64_t p, int64_t b) const {
+    return reinterpret_cast<const uint16_t*>(data + p * panel.bytes + panel.scales_at(b));
   }
 };
 
 IntegerWeight describe(const WeightMatrix& w) {
   IntegerWeight iw{};
   iw.data = static_cast<const uint8_t*>(w.data);
-  iw.scales = w.integer_scales();
+  iw.panel = integer_panel(w.format, w.cols, w.group);
   iw.rows = w.rows;
   iw.prows = (w.rows + kQuantPanelRows - 1) / kQuantPanelRows * kQuantPanelRows;
   iw.cols = w.cols;
   iw.group = w.group;
   iw.blocks = w.cols / w.group;
-  iw.bits = w.format == WeightFormat::kInt4 ? 4 : w.format == WeightFormat::kInt6 ? 6 : 8;
-  iw.panel_bytes = kQuantPanelRows * w.cols * iw.bits / 8;
+  iw.bits = integer_bits(w.format);
   iw.offset = 1 << (iw.bits - 1);
   return iw;
 }
@@ -75,13 +68,14 @@ IntegerWeight describe(const WeightMatrix& w) {
 ERNIE_CLONE_FOR_ISAS
 void panel_token_portable(const IntegerWeight& w, int64_t panel, const int8_t* x, const float* xs, const int32_t* xsum,
                           float* out, int64_t valid_rows) {
-  const uint8_t* base = w.data + panel * w.panel_bytes;
   float total[kQuantPanelRows] = {};
   for (int64_t b = 0; b < w.blocks; ++b) {
     int32_t lanes[kLineBytes] = {};
+    const uint8_t* block = w.block_values(panel, b);
     if (w.bits == 6) {
       for (int64_t u = b * w.group / 16; u < (b + 1) * w.group / 16; ++u) {
-        const uint8_t* low = base + u * 3 * kLineBytes;  // then the second low line, the high bits
+        // then the second low line, the high bits
+        const uint8_t* low = block + (u - b * w.group / 16) * 3 * kLineBytes;
         for (int i = 0; i < kLineBytes; ++i) {
           const int high = low[2 * kLineBytes + i];
           const int8_t* xu = x + 16 * u + i % 4;
@@ -92,13 +86,13 @@ void panel_token_portable(const IntegerWeight& w, int64_t panel, const int8_t* x
       }
     } else if (w.bits == 4) {
       for (int64_t q = b * w.group / 8; q < (b + 1) * w.group / 8; ++q) {
-        const uint8_t* line = base + q * kLineBytes;
+        const uint8_t* line = block + (q - b * w.group / 8) * kLineBytes;
         for (int i = 0; i < kLineBytes; ++i)
           lanes[i] += (line[i] & 15) * x[8 * q + i % 4] + (line[i] >> 4) * x[8 * q + 4 + i % 4];
       }
     } else {
       for (int64_t q = b * w.group / 4; q < (b + 1) * w.group / 4; ++q) {
-        const uint8_t* line = base + q * kLineBytes;
+        const uint8_t* line = block + (q - b * w.group / 4) * kLineBytes;
         for (int i = 0; i < kLineBytes; ++i) lanes[i] += line[i] * x[4 * q + i % 4];
       }
     }
@@ -170,15 +164,14 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
     for (int j = 0; j < NR; ++j) total[t][j] = _mm512_setzero_ps();
   const int8_t* xrow[MR];
   for (int t = 0; t < MR; ++t) xrow[t] = x.values.data() + (t0 + t) * x.cols;
-  const uint8_t* panel[NR];
-  for (int j = 0; j < NR; ++j) panel[j] = w.data + (p0 + j) * w.panel_bytes;
   const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
   constexpr bool kInt4 = kBits == 4;
+  // Blocks of kIntegerGroup inputs (panels_vnni takes no other size).
+  constexpr int64_t kLines = kIntegerGroup * kBits / 32;
 
-  const int64_t lines_per_block = w.group * kBits / 32;
   for (int64_t b = 0; b < w.blocks; ++b) {
-    if constexpr (MR == 1)  // as the values are prefetched: every panel of the tile
-      for (int j = 0; j < NR; ++j) _mm_prefetch(w.scales_ahead(p0 + j, b, lines_per_block), _MM_HINT_NTA);
+    const uint8_t* block[NR];
+    for (int j = 0; j < NR; ++j) block[j] = w.block_values(p0 + j, b);
     // Each sum starts at minus the stored offset's contribution, so the integer result
     // comes out exact with no subtraction per accumulator afterwards.
     __m512i sum[kChains][MR][NR];
@@ -191,10 +184,11 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
     }
     if constexpr (kBits == 6) {
       // Units of 16 inputs: 4 lines of codes from 3 of storage, one chain each.
-      for (int64_t u = b * w.group / 16; u < (b + 1) * w.group / 16; ++u) {
+      for (int64_t i = 0; i < kIntegerGroup / 16; ++i) {
+        const int64_t u = b * (kIntegerGroup / 16) + i;
         __m512i codes[NR][4];
         for (int j = 0; j < NR; ++j) {
-          const uint8_t* unit = panel[j] + u * 3 * kLineBytes;
+          const uint8_t* unit = block[j] + i * 3 * kLineBytes;
           if constexpr (MR == 1)
             for (int l = 0; l < 3; ++l)
               _mm_prefetch(reinterpret_cast<const char*>(unit + l * kLineBytes + kPrefetchBytes), _MM_HINT_NTA);
@@ -210,13 +204,14 @@ ERNIE_VNNI_TARGET inline void vnni_tile(const QuantizedActivations& x, const Int
       }
     } else {
       // Lines of the block, kChains at a time.
-      for (int64_t q0 = b * lines_per_block; q0 < (b + 1) * lines_per_block; q0 += kChains) {
+      for (int64_t i0 = 0; i0 < kLines; i0 += kChains) {
         for (int c = 0; c < kChains; ++c) {
-          const int64_t q = q0 + c;
+          const int64_t i = i0 + c, q = b * kLines + i;  // q: the line's place among the row's inputs
           __m512i lo[NR], hi[NR];
           for (int j = 0; j < NR; ++j) {
-            if constexpr (MR == 1) _mm_prefetch(reinterpret_cast<const char*>(panel[j] + q * kLineBytes + kPrefetchBytes), _MM_HINT_NTA);
-            const __m512i line = _mm512_loadu_si512(panel[j] + q * kLineBytes);
+            const uint8_t* at = block[j] + i * kLineBytes;
+            if constexpr (MR == 1) _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchBytes), _MM_HINT_NTA);
+            const __m512i line = _mm512_loadu_si512(at);
             lo[j] = kInt4 ? _mm512_and_si512(line, low_nibbles) : line;
             if constexpr (kInt4) hi[j] = _mm512_and_si512(_mm512_srli_epi16(line, 4), low_nibbles);
           }
@@ -282,6 +277,7 @@ ERNIE_VNNI_TARGET inline void vnni_tile_panels(const QuantizedActivations& x, co
 // Tokens in chunks whose activations stay in L2 while the panels stream past them.
 ERNIE_VNNI_TARGET void panels_vnni(const QuantizedActivations& x, const IntegerWeight& w, int64_t panel_begin,
                                    int64_t panel_end, float* y) {
+  if (w.group != kIntegerGroup) return panels_portable(x, w, panel_begin, panel_end, y);
   const int64_t chunk = std::clamp<int64_t>((256 * 1024 / x.cols) / 4 * 4, 4, 256);
   // Few tokens: one panel at a time, so each thread reads its weights as one sequential
   // stream (measured faster than interleaving panels, which the prefetcher follows
@@ -356,10 +352,9 @@ ERNIE_AVX2_TARGET inline void avx2_tile(const QuantizedActivations& x, const Int
     xscale[t] = x.scales.data() + (t0 + t) * w.blocks;
     xoffset[t] = kInt4 ? w.int4_offsets + (t0 + t) * w.blocks : nullptr;
   }
-  const uint8_t* line = w.data + p * w.panel_bytes + 32 * h0;
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < w.blocks; ++b) {
-    if constexpr (NH == 2) _mm_prefetch(w.scales_ahead(p, b, kLines), _MM_HINT_T0);
+    const uint8_t* line = w.block_values(p, b) + 32 * h0;
     __m256i sum[MR][NH];
     for (int t = 0; t < MR; ++t) {
       const __m256i start = kBits == 6 ? _mm256_set1_epi32(-w.offset * x.sums[static_cast<size_t>((t0 + t) * w.blocks + b)])

@@ -25,7 +25,8 @@ constexpr float kRoundingMagic = 12582912.0f;
 int64_t padded_rows(int64_t rows) { return (rows + kQuantPanelRows - 1) / kQuantPanelRows * kQuantPanelRows; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// One 64-byte aligned allocation holding packed values then scales.
+// One 64-byte aligned allocation holding packed values then scales (none for the integer
+// formats, whose scales lie in their panels).
 struct OwnedBytes {
   std::shared_ptr<uint8_t> bytes;
   uint8_t* data = nullptr;
@@ -39,8 +40,21 @@ OwnedBytes allocate(size_t value_bytes, size_t scale_bytes) {
   owned.bytes = allocate_weight_buffer(total);
   if (owned.bytes == nullptr) fail("out of memory for a quantized weight of ", total, " bytes");
   owned.data = owned.bytes.get();
-  owned.scales = owned.data + value_space;
+  owned.scales = scale_bytes > 0 ? owned.data + value_space : nullptr;
   return owned;
+}
+
+// Byte offsets in an integer matrix's data of value line q of row r's panel, and of row
+// r's scale of block b (kernels/quantize.h).
+int64_t value_line_offset(const IntegerPanel& panel, int64_t r, int64_t q) {
+  return (r / kQuantPanelRows) * panel.bytes + panel.values_at(q / panel.block_lines) + (q % panel.block_lines) * 64;
+}
+int64_t scale_offset(const IntegerPanel& panel, int64_t r, int64_t b) {
+  return (r / kQuantPanelRows) * panel.bytes + panel.scales_at(b) + (r % kQuantPanelRows) * 2;
+}
+
+void store_scale_bits(uint8_t* data, const IntegerPanel& panel, int64_t r, int64_t b, uint16_t bits) {
+  std::memcpy(data + scale_offset(panel, r, b), &bits, sizeof bits);
 }
 
 std::array<float, 256> make_e4m3_table() {
@@ -102,9 +116,15 @@ WeightMatrix quantized_matrix(const WeightMatrix& dense, WeightFormat format, in
   return out;
 }
 
-// Index of the scale of row r, block b in the integer formats' panel-major scale array.
-int64_t scale_index(int64_t r, int64_t b, int64_t blocks) {
-  return ((r / kQuantPanelRows) * blocks + b) * kQuantPanelRows + r % kQuantPanelRows;
+// An integer matrix's panels for `rows` rows (padded to whole panels): every value byte
+// `zero` (the stored zero of int8 and int4) and every scale 0.
+OwnedBytes allocate_integer(const IntegerPanel& panel, int64_t rows, uint8_t zero) {
+  const int64_t panels = padded_rows(rows) / kQuantPanelRows;
+  OwnedBytes owned = allocate(static_cast<size_t>(panels * panel.bytes), 0);
+  std::memset(owned.data, zero, static_cast<size_t>(panels * panel.bytes));
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t b = 0; b < panel.blocks; b += 2) std::memset(owned.data + p * panel.bytes + panel.scales_at(b), 0, 64);
+  return owned;
 }
 
 // The fp16 scale a block is stored with, and the inverse its codes are rounded with (of
@@ -121,21 +141,20 @@ BlockScale store_scale(float scale) {
 }
 
 WeightMatrix quantize_int8(const WeightMatrix& dense, int32_t group) {
-  const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
-  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols), static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
-  auto* scales = reinterpret_cast<uint16_t*>(owned.scales);
+  const int64_t rows = dense.rows, cols = dense.cols;
+  const IntegerPanel panel = integer_panel(WeightFormat::kInt8, cols, group);
   // Padding rows hold the stored zero (128) so they add nothing.
-  std::memset(owned.data, 128, static_cast<size_t>(prows * cols));
+  OwnedBytes owned = allocate_integer(panel, rows, 128);
   RowReader read(dense);
   for (int64_t r = 0; r < rows; ++r) {
     const float* w = read(r);
-    uint8_t* panel = owned.data + (r / kQuantPanelRows) * kQuantPanelRows * cols;
     const int64_t lane = r % kQuantPanelRows;
-    for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t b = 0; b < panel.blocks; ++b) {
       const BlockScale scale = store_scale(max_abs(w + b * group, group) / 127.0f);
       for (int64_t k = b * group; k < (b + 1) * group; ++k)
-        panel[(k / 4) * 64 + lane * 4 + k % 4] = static_cast<uint8_t>(round_clamp(w[k] * scale.inverse, -127, 127) + 128);
-      scales[scale_index(r, b, blocks)] = scale.stored;
+        owned.data[value_line_offset(panel, r, k / 4) + lane * 4 + k % 4] =
+            static_cast<uint8_t>(round_clamp(w[k] * scale.inverse, -127, 127) + 128);
+      store_scale_bits(owned.data, panel, r, b, scale.stored);
     }
   }
   return quantized_matrix(dense, WeightFormat::kInt8, group, owned);
@@ -219,57 +238,52 @@ float int6_block_scale(const float* w) { return least_squares_block_scale<32>(w)
 
 // Row r's codes (level + kLowest) and fp16 scales in the least-squares formats: int4
 // (kLowest 8) and int6 (32).
+// Row r's codes and scales go to `data` (its panels' layout).
 template <int kLowest>
-void least_squares_row(const float* w, int64_t r, int64_t cols, uint16_t* scales, uint8_t* codes) {
-  const int64_t blocks = cols / kIntegerGroup;
-  for (int64_t b = 0; b < blocks; ++b) {
+void least_squares_row(const float* w, int64_t r, uint8_t* data, const IntegerPanel& panel, uint8_t* codes) {
+  for (int64_t b = 0; b < panel.blocks; ++b) {
     const float* block = w + b * kIntegerGroup;
     const BlockScale scale = store_scale(kLowest == 8 ? int4_block_scale(block) : int6_block_scale(block));
     for (int64_t k = b * kIntegerGroup; k < (b + 1) * kIntegerGroup; ++k)
       codes[k] = static_cast<uint8_t>(round_clamp(w[k] * scale.inverse, -kLowest, kLowest - 1) + kLowest);
-    scales[scale_index(r, b, blocks)] = scale.stored;
+    store_scale_bits(data, panel, r, b, scale.stored);
   }
 }
 
 // Row r's offset codes (level + 8, one per input) into its panel's 64-byte lines.
-void pack_int4_row(const OwnedBytes& owned, int64_t r, int64_t cols, const uint8_t* codes) {
-  uint8_t* panel = owned.data + (r / kQuantPanelRows) * kQuantPanelRows * cols / 2;
+void pack_int4_row(uint8_t* data, const IntegerPanel& panel, int64_t r, int64_t cols, const uint8_t* codes) {
   const int64_t lane = r % kQuantPanelRows;
-  for (int64_t q = 0; q < cols / 8; ++q)
+  for (int64_t q = 0; q < cols / 8; ++q) {
+    uint8_t* line = data + value_line_offset(panel, r, q);
     for (int64_t j = 0; j < 4; ++j)
-      panel[q * 64 + lane * 4 + j] = static_cast<uint8_t>(codes[8 * q + j] | (codes[8 * q + 4 + j] << 4));
+      line[lane * 4 + j] = static_cast<uint8_t>(codes[8 * q + j] | (codes[8 * q + 4 + j] << 4));
+  }
 }
 
-// The kInt4 arrays of a rows x cols matrix (rows padded to whole panels), every value
-// a stored zero and every fp16 scale still to be written.
-OwnedBytes allocate_int4(int64_t rows, int64_t cols) {
-  const int64_t prows = padded_rows(rows);
-  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols / 2),
-                              static_cast<size_t>(cols / kIntegerGroup * prows) * sizeof(uint16_t));
-  std::memset(owned.data, 0x88, static_cast<size_t>(prows * cols / 2));  // level 0 + 8 in both nibbles
-  return owned;
-}
+// A kInt4 matrix of rows x cols (rows padded to whole panels), every value a stored zero
+// (level 0 + 8 in both nibbles) and every fp16 scale still to be written.
+OwnedBytes allocate_int4(const IntegerPanel& panel, int64_t rows) { return allocate_integer(panel, rows, 0x88); }
 
 WeightMatrix quantize_int4(const WeightMatrix& dense, int32_t group) {
   if (group != kIntegerGroup) fail("int4 blocks are ", kIntegerGroup, " inputs, not ", group);
   const int64_t rows = dense.rows, cols = dense.cols;
-  OwnedBytes owned = allocate_int4(rows, cols);
+  const IntegerPanel panel = integer_panel(WeightFormat::kInt4, cols, group);
+  OwnedBytes owned = allocate_int4(panel, rows);
   RowReader read(dense);
   std::vector<uint8_t> codes(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
-    least_squares_row<8>(read(r), r, cols, reinterpret_cast<uint16_t*>(owned.scales), codes.data());
-    pack_int4_row(owned, r, cols, codes.data());
+    least_squares_row<8>(read(r), r, owned.data, panel, codes.data());
+    pack_int4_row(owned.data, panel, r, cols, codes.data());
   }
   return quantized_matrix(dense, WeightFormat::kInt4, group, owned);
 }
 
 // Row r's offset codes (level + 32, 0..63) into its panel's units of 16 inputs, three
-// 64-byte lines each (layout in kernels/quantize.h).
-void pack_int6_row(uint8_t* data, int64_t r, int64_t cols, const uint8_t* codes) {
-  uint8_t* panel = data + (r / kQuantPanelRows) * kQuantPanelRows * cols * 3 / 4;
+// 64-byte lines each (layout in kernels/quantize.h; a unit never spans two blocks).
+void pack_int6_row(uint8_t* data, const IntegerPanel& panel, int64_t r, int64_t cols, const uint8_t* codes) {
   const int64_t lane = r % kQuantPanelRows;
   for (int64_t u = 0; u < cols / 16; ++u) {
-    uint8_t* unit = panel + u * 3 * 64;
+    uint8_t* unit = data + value_line_offset(panel, r, 3 * u);
     const uint8_t* c = codes + 16 * u;
     for (int64_t j = 0; j < 4; ++j) {
       const int64_t at = lane * 4 + j;
@@ -283,16 +297,16 @@ void pack_int6_row(uint8_t* data, int64_t r, int64_t cols, const uint8_t* codes)
 
 WeightMatrix quantize_int6(const WeightMatrix& dense, int32_t group) {
   if (group != kIntegerGroup) fail("int6 blocks are ", kIntegerGroup, " inputs, not ", group);
-  const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows), blocks = cols / group;
-  OwnedBytes owned = allocate(static_cast<size_t>(prows * cols * 3 / 4), static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
+  const int64_t rows = dense.rows, cols = dense.cols, prows = padded_rows(rows);
+  const IntegerPanel panel = integer_panel(WeightFormat::kInt6, cols, group);
+  OwnedBytes owned = allocate_integer(panel, rows, 0);
   // Padding rows hold the stored zero (code 32) so they add nothing; their scales stay 0.
-  std::memset(owned.scales, 0, static_cast<size_t>(blocks * prows) * sizeof(uint16_t));
   std::vector<uint8_t> codes(static_cast<size_t>(cols), 32);
-  for (int64_t r = rows; r < prows; ++r) pack_int6_row(owned.data, r, cols, codes.data());
+  for (int64_t r = rows; r < prows; ++r) pack_int6_row(owned.data, panel, r, cols, codes.data());
   RowReader read(dense);
   for (int64_t r = 0; r < rows; ++r) {
-    least_squares_row<32>(read(r), r, cols, reinterpret_cast<uint16_t*>(owned.scales), codes.data());
-    pack_int6_row(owned.data, r, cols, codes.data());
+    least_squares_row<32>(read(r), r, owned.data, panel, codes.data());
+    pack_int6_row(owned.data, panel, r, cols, codes.data());
   }
   return quantized_matrix(dense, WeightFormat::kInt6, group, owned);
 }
@@ -322,6 +336,31 @@ WeightMatrix quantize_fp8(const WeightMatrix& dense) {
 }
 
 }  // namespace
+
+int integer_bits(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kInt8: return 8;
+    case WeightFormat::kInt6: return 6;
+    case WeightFormat::kInt4: return 4;
+    default: fail(weight_format_name(format), " is not an integer format");
+  }
+}
+
+IntegerPanel integer_panel(WeightFormat format, int64_t cols, int32_t group) {
+  IntegerPanel panel;
+  panel.block_lines = group * integer_bits(format) / 32;
+  panel.blocks = cols / group;
+  // An odd last block's pair is laid out whole, its second block never read.
+  panel.bytes = (panel.blocks + 1) / 2 * (2 * panel.block_lines + 1) * 64;
+  return panel;
+}
+
+float integer_scale(const WeightMatrix& m, int64_t r, int64_t b) {
+  uint16_t bits;
+  std::memcpy(&bits, static_cast<const uint8_t*>(m.data) + scale_offset(integer_panel(m.format, m.cols, m.group), r, b),
+              sizeof bits);
+  return f16_to_f32(bits);
+}
 
 std::optional<WeightFormat> parse_weight_format(std::string_view name) {
   if (name == "wint8") return WeightFormat::kInt8;
@@ -394,9 +433,8 @@ WeightMatrix make_w4a8_weight(const uint8_t* packed, const float* weight_scale, 
   if (in % kIntegerGroup != 0) fail("a W4A8 Linear needs a multiple of ", kIntegerGroup, " inputs, got ", in);
   if (!(activation_scale > 0.0f) || !std::isfinite(activation_scale))
     fail("a W4A8 activation_scale must be a positive number, got ", activation_scale);
-  const int64_t blocks = in / kIntegerGroup;
-  OwnedBytes owned = allocate_int4(count, in);
-  auto* scales = reinterpret_cast<uint16_t*>(owned.scales);
+  const IntegerPanel panel = integer_panel(WeightFormat::kInt4, in, static_cast<int32_t>(kIntegerGroup));
+  OwnedBytes owned = allocate_int4(panel, count);
   // FastDeploy's load (fused_moe_cutlass_backend.py): s = 1 / activation_scale and the
   // output scale bf16(weight_scale / (127 · 112) / s) multiplies the sum of x_int8 · 16 ·
   // w_int4. The activation blocks carry a power of two (w4a8_activation_block_scale), so
@@ -417,8 +455,8 @@ WeightMatrix make_w4a8_weight(const uint8_t* packed, const float* weight_scale, 
     for (int64_t r = 0; r < rows; ++r) {
       const float output_scale = bf16_to_f32(f32_to_bf16(weight_scale[first + r0 + r] / (127.0f * 112.0f) / s));
       const uint16_t stored = f32_to_f16(16.0f * output_scale * activation_block);
-      for (int64_t b = 0; b < blocks; ++b) scales[scale_index(r0 + r, b, blocks)] = stored;
-      pack_int4_row(owned, r0 + r, in, codes.data() + r * in);
+      for (int64_t b = 0; b < panel.blocks; ++b) store_scale_bits(owned.data, panel, r0 + r, b, stored);
+      pack_int4_row(owned.data, panel, r0 + r, in, codes.data() + r * in);
     }
   }
   WeightMatrix shape;  // what quantized_matrix takes the shape from
@@ -447,25 +485,24 @@ std::vector<float> dequantize_weight(const WeightMatrix& m) {
     return out;
   }
   const auto* bytes = static_cast<const uint8_t*>(m.data);
+  const IntegerPanel panel = m.format == WeightFormat::kFp8 ? IntegerPanel{} : integer_panel(m.format, cols, m.group);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t lane = r % kQuantPanelRows;
     for (int64_t k = 0; k < cols; ++k) {
       float value = 0.0f;
       if (m.format == WeightFormat::kInt8) {
-        const uint8_t* panel = bytes + (r / kQuantPanelRows) * kQuantPanelRows * cols;
-        value = static_cast<float>(static_cast<int>(panel[(k / 4) * 64 + lane * 4 + k % 4]) - 128) *
-                f16_to_f32(m.integer_scales()[scale_index(r, k / m.group, cols / m.group)]);
+        const int code = bytes[value_line_offset(panel, r, k / 4) + lane * 4 + k % 4];
+        value = static_cast<float>(code - 128) * integer_scale(m, r, k / m.group);
       } else if (m.format == WeightFormat::kInt4) {
-        const uint8_t* panel = bytes + (r / kQuantPanelRows) * kQuantPanelRows * cols / 2;
-        const uint8_t byte = panel[(k / 8) * 64 + lane * 4 + k % 4];
+        const uint8_t byte = bytes[value_line_offset(panel, r, k / 8) + lane * 4 + k % 4];
         const int code = (k % 8) < 4 ? (byte & 0xf) : (byte >> 4);
-        value = static_cast<float>(code - 8) * f16_to_f32(m.integer_scales()[scale_index(r, k / m.group, cols / m.group)]);
+        value = static_cast<float>(code - 8) * integer_scale(m, r, k / m.group);
       } else if (m.format == WeightFormat::kInt6) {
-        const uint8_t* unit = bytes + (r / kQuantPanelRows) * kQuantPanelRows * cols * 3 / 4 + (k / 16) * 3 * 64;
+        const uint8_t* unit = bytes + value_line_offset(panel, r, 3 * (k / 16));
         const int64_t quarter = (k % 16) / 4, at = lane * 4 + k % 4;  // which 4 inputs of the unit
         const uint8_t low = unit[(quarter / 2) * 64 + at];
         const int code = ((quarter % 2 == 0) ? (low & 0xf) : (low >> 4)) | ((unit[128 + at] >> (2 * quarter)) & 3) << 4;
-        value = static_cast<float>(code - 32) * f16_to_f32(m.integer_scales()[scale_index(r, k / m.group, cols / m.group)]);
+        value = static_cast<float>(code - 32) * integer_scale(m, r, k / m.group);
       } else {
         const int64_t col_blocks = ceil_div(cols, kFp8Block);
         value = e4m3_to_f32(bytes[r * cols + k]) * m.fp8_scales()[(r / kFp8Block) * col_blocks + k / kFp8Block];
@@ -497,7 +534,7 @@ WeightMatrix copy_quantized_weight(const WeightMatrix& packed) {
   const uint64_t values = packed_value_bytes(packed), scales = packed_scale_bytes(packed);
   const OwnedBytes owned = allocate(values, scales);
   std::memcpy(owned.data, packed.data, values);
-  std::memcpy(owned.scales, packed.scales, scales);
+  if (scales > 0) std::memcpy(owned.scales, packed.scales, scales);
   WeightMatrix copy = packed;
   copy.data = owned.data;
   copy.scales = owned.scales;
@@ -508,9 +545,10 @@ WeightMatrix copy_quantized_weight(const WeightMatrix& packed) {
 uint64_t packed_value_bytes(const WeightMatrix& m) {
   switch (m.format) {
     case WeightFormat::kDense: return static_cast<uint64_t>(m.rows * m.cols) * dtype_size(m.dtype);
-    case WeightFormat::kInt8: return static_cast<uint64_t>(padded_rows(m.rows) * m.cols);
-    case WeightFormat::kInt4: return static_cast<uint64_t>(padded_rows(m.rows) * m.cols / 2);
-    case WeightFormat::kInt6: return static_cast<uint64_t>(padded_rows(m.rows) * m.cols * 3 / 4);
+    case WeightFormat::kInt8:
+    case WeightFormat::kInt4:
+    case WeightFormat::kInt6:
+      return static_cast<uint64_t>(padded_rows(m.rows) / kQuantPanelRows * integer_panel(m.format, m.cols, m.group).bytes);
     case WeightFormat::kFp8: return static_cast<uint64_t>(m.rows * m.cols);
     case WeightFormat::kWint2: return static_cast<uint64_t>(m.rows * m.cols / 4);
     case WeightFormat::kBf16Packed: return packed_bf16_bytes(m.rows, m.cols);
@@ -521,10 +559,10 @@ uint64_t packed_value_bytes(const WeightMatrix& m) {
 uint64_t packed_scale_bytes(const WeightMatrix& m) {
   switch (m.format) {
     case WeightFormat::kDense:
-    case WeightFormat::kBf16Packed: return 0;
+    case WeightFormat::kBf16Packed:
     case WeightFormat::kInt8:
     case WeightFormat::kInt4:
-    case WeightFormat::kInt6: return static_cast<uint64_t>(m.cols / m.group * padded_rows(m.rows)) * sizeof(uint16_t);
+    case WeightFormat::kInt6: return 0;  // the integer formats' scales are in their panels
     case WeightFormat::kWint2: return wint2_bytes(m) - packed_value_bytes(m);
     case WeightFormat::kFp8:
       return static_cast<uint64_t>(ceil_div(m.rows, kFp8Block) * ceil_div(m.cols, kFp8Block)) * sizeof(float);

@@ -5,20 +5,27 @@
 // (AVX-512 VNNI vpdpbusd, or its portable equivalent): output rows are grouped into
 // panels of kQuantPanelRows, and within a panel each 64-byte line holds, for 4 consecutive
 // inputs (int8) or 2 x 4 (int4, low and high nibble), the values of all 16 rows:
-//   int8 line q of panel p: byte 4r + j = w[16p + r][4q + j] + 128           (u8)
-//   int4 line q of panel p: byte 4r + j = (w[16p+r][8q+j] + 8) | (w[16p+r][8q+4+j] + 8) << 4
+//   int8 value line q of panel p: byte 4r + j = w[16p + r][4q + j] + 128           (u8)
+//   int4 value line q of panel p: byte 4r + j = (w[16p+r][8q+j] + 8) | (w[16p+r][8q+4+j] + 8) << 4
 //   int6 (the LM head under the 4-bit names) comes in units of 16 inputs, three lines
 //   each: with c = w + 32 (0..63) and k = 16u, unit u of panel p holds
 //     line 0, byte 4r + j = c[k+j] & 15 | (c[k+4+j] & 15) << 4
 //     line 1, byte 4r + j = c[k+8+j] & 15 | (c[k+12+j] & 15) << 4
 //     line 2, byte 4r + j = c[k+j] >> 4 | (c[k+4+j] >> 4) << 2 | (c[k+8+j] >> 4) << 4 | (c[k+12+j] >> 4) << 6
 //   (row 16p + r), so the kernels rebuild 4 lines of byte codes from 3 with masks and shifts.
+//   Lines and units are counted over the panel's values alone; its scale lines (below)
+//   sit between them.
 // Values are stored with an offset so they are unsigned; the kernels remove the offset
 // with the activations' block sums. Each row has one scale per block of kIntegerGroup
-// (32) inputs, as llama.cpp's Q8_0 / Q4_0 do, stored as fp16 and panel-major: the 16
-// scales of panel p, block b are at [(p * blocks + b) * 16 .. + 16), so a panel's
-// scales are one short sequential run read beside its values. int8 scales are the
-// block's max|w| / 127; int4 and int6 scales minimise the block's squared error.
+// (32) inputs, as llama.cpp's Q8_0 / Q4_0 do, stored as fp16 inside the panel beside
+// its values: a panel is its blocks in pairs, each pair's value lines (block 2i's, then
+// block 2i+1's) followed by one 64-byte line of their scales (the 16 rows' of block 2i in
+// bytes 0..31, of block 2i+1 in 32..63; an odd last block is followed by room for a
+// second that is never read, and its scale line's second half is zero).
+// Decode then reads each panel as one sequential stream: with the scales in an array of
+// their own, that second stream cost the 0.3B shape's decode 15-19% of its tokens/s.
+// int8 scales are the block's max|w| / 127; int4 and int6 scales minimise the block's
+// squared error.
 // Activations are quantized per token and per block of `group` inputs to int8 with
 // scale max|x| / 127, so every integer sum is exact and every ISA path computes the
 // same numbers up to the final float rounding.
@@ -40,6 +47,21 @@ namespace ernie {
 constexpr int64_t kQuantPanelRows = 16;
 constexpr int64_t kIntegerGroup = 32;
 constexpr int64_t kFp8Block = 128;
+
+// Where a 16-row panel of a kInt8, kInt4 or kInt6 matrix keeps its values and scales.
+struct IntegerPanel {
+  int64_t block_lines = 0;  // 64-byte lines of one block's values
+  int64_t blocks = 0;       // blocks of `group` inputs per row
+  int64_t bytes = 0;        // one panel: every block's values and scale lines
+  // Offsets in the panel of block b's first value line and of its 16 fp16 scales.
+  int64_t values_at(int64_t b) const { return ((b >> 1) * (2 * block_lines + 1) + (b & 1) * block_lines) * 64; }
+  int64_t scales_at(int64_t b) const { return ((b >> 1) * (2 * block_lines + 1) + 2 * block_lines) * 64 + (b & 1) * 32; }
+};
+// Bits per stored value of an integer format: 8, 6 or 4.
+int integer_bits(WeightFormat format);
+IntegerPanel integer_panel(WeightFormat format, int64_t cols, int32_t group);
+// The scale of row r, block b of a kInt8, kInt4 or kInt6 matrix.
+float integer_scale(const WeightMatrix& matrix, int64_t r, int64_t b);
 
 // Parses "wint8", "wint4", "block_wise_fp8", "int6" (and "bf16"/"none" as kDense); nullopt
 // otherwise. "int6" names the head's format in caches; --quantization refuses it.
@@ -81,7 +103,8 @@ std::vector<float> dequantize_weight(const WeightMatrix& matrix);
 // Bytes of weight data a matmul streams for this matrix (packed values and scales).
 uint64_t weight_bytes(const WeightMatrix& matrix);
 // The exact sizes in bytes of a quantized matrix's two arrays (`data`, `scales`), as
-// quantize_weight allocates them (integer formats pad rows to whole panels).
+// quantize_weight allocates them (integer formats pad rows to whole panels and keep
+// their scales in `data`: no `scales` array).
 uint64_t packed_value_bytes(const WeightMatrix& matrix);
 uint64_t packed_scale_bytes(const WeightMatrix& matrix);
 

@@ -1,5 +1,6 @@
 #include "model/prequantized.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -95,7 +96,9 @@ PrequantizedWrite write_prequantized_checkpoint(const std::string& source_dir, C
   PrequantizedWrite report;
   std::map<std::string, std::string> metadata = {{kLayoutField, kPackedLayoutVersion}};
   std::vector<TensorToWrite> tensors = packed_linear_tensors(weights, metadata);
-  report.packed_linears = tensors.size() / 2;
+  report.packed_linears = static_cast<size_t>(std::count_if(tensors.begin(), tensors.end(), [](const TensorToWrite& t) {
+    return t.name.ends_with(".data");  // each packed Linear has one; only FP8 has scales
+  }));
   const std::set<std::string> replaced = replaced_tensors(weights);
   for (const std::string& name : source.names()) {
     if (replaced.count(name)) continue;

@@ -37,7 +37,7 @@ uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign
 WeightMatrix owned_copy(const WeightMatrix& view) {
   WeightMatrix copy = copy_quantized_weight(view);
   release_mapped_range(view.data, packed_value_bytes(view));
-  release_mapped_range(view.scales, packed_scale_bytes(view));
+  if (view.scales != nullptr) release_mapped_range(view.scales, packed_scale_bytes(view));
   return copy;
 }
 
@@ -149,13 +149,16 @@ std::optional<std::string> attach_packed_linears(const PackedSource& source, Ern
     if (!fields || !format || *format == WeightFormat::kDense) return name + " is malformed";
     packed.format = *format;
     if (packed.rows != linears[i]->rows || packed.cols != linears[i]->cols) return name + " has another shape";
+    // The integer formats keep their scales in their data: no scales tensor.
+    const bool has_scales = packed_scale_bytes(packed) > 0;
     const PackedTensor data = source.tensor(name + ".data"), scales = source.tensor(name + ".scales");
-    if (data.info == nullptr || scales.info == nullptr) return name + " lacks its data or scales";
+    if (data.info == nullptr || (has_scales && scales.info == nullptr)) return name + " lacks its data or scales";
+    if (!has_scales && scales.info != nullptr) return name + " has scales its format keeps in its data";
     if (data.info->dtype != DType::kU8 || data.info->size != aligned(packed_value_bytes(packed)) ||
-        scales.info->dtype != scale_dtype(packed) || scales.info->size != aligned(packed_scale_bytes(packed)))
+        (has_scales && (scales.info->dtype != scale_dtype(packed) || scales.info->size != aligned(packed_scale_bytes(packed)))))
       return name + " has the wrong size";
     packed.data = data.bytes;
-    packed.scales = scales.bytes;
+    packed.scales = has_scales ? scales.bytes : nullptr;
     packed.source_tensor = linears[i]->source_tensor;
     if (reinterpret_cast<uintptr_t>(packed.data) % kAlign != 0 || reinterpret_cast<uintptr_t>(packed.scales) % kAlign != 0)
       return name + " is not aligned to cache lines";
@@ -187,8 +190,8 @@ std::vector<TensorToWrite> packed_linear_tensors(const ErnieWeights& weights, st
       if (m.dense() || read_as_stored(m)) continue;
       const std::string name = "linear." + std::to_string(i);
       metadata[name] = describe_linear(m);
-      if (scales) add(name + ".scales", scale_dtype(m), m.scales, packed_scale_bytes(m));
-      else add(name + ".data", DType::kU8, m.data, packed_value_bytes(m));
+      if (!scales) add(name + ".data", DType::kU8, m.data, packed_value_bytes(m));
+      else if (packed_scale_bytes(m) > 0) add(name + ".scales", scale_dtype(m), m.scales, packed_scale_bytes(m));
     }
   return tensors;
 }

@@ -7,9 +7,9 @@
 // A stale or damaged file is never used; it is rebuilt.
 //
 // File layout: for each quantized Linear, in the loader's fixed order, "linear.N.data"
-// (U8: the packed values as the kernels read them) and "linear.N.scales" (F16 for the
-// integer formats, F32 for FP8); the metadata holds the key and, per Linear, "format
-// group rows cols".
+// (U8: the packed values as the kernels read them, with the integer formats' fp16 scales
+// in their panels) and, for FP8, "linear.N.scales" (F32); the metadata holds the key and,
+// per Linear, "format group rows cols".
 #pragma once
 
 #include <functional>
@@ -46,9 +46,10 @@ bool load_quantized_cache(const std::string& path, const std::string& key, Ernie
 
 // The packed-Linear format the cache and `ernie quantize` checkpoints share: per quantized
 // Linear N (in linear_weights order) metadata "linear.N" = "format group rows cols" and
-// tensors "linear.N.data" (U8) and "linear.N.scales", each on a 64-byte boundary.
+// tensors "linear.N.data" (U8) and, for formats with a scales array, "linear.N.scales",
+// each on a 64-byte boundary.
 // Bumped whenever the packed layout changes: files of another version are not used.
-constexpr const char* kPackedLayoutVersion = "ernie.cpp quantized weights v3";
+constexpr const char* kPackedLayoutVersion = "ernie.cpp quantized weights v4";
 constexpr size_t kPackedAlignment = 64;
 
 struct PackedTensor {

@@ -37,8 +37,8 @@ struct WeightMatrix {
   // stored weights live in that basis). 0: activations are quantized per block.
   float input_absmax = 0.0f;
   int32_t input_hadamard = 0;
-  // Quantized formats: kInt8/kInt4/kInt6 fp16 (uint16_t bits), kFp8 float; layouts in
-  // kernels/quantize.h.
+  // kFp8's float scales (kInt8/kInt4/kInt6 keep theirs in `data`, kWint2 its parameters);
+  // layouts in kernels/quantize.h.
   const void* scales = nullptr;
   int64_t rows = 0;  // output features
   int64_t cols = 0;  // input features
@@ -49,7 +49,6 @@ struct WeightMatrix {
   const std::string* source_tensor = nullptr;
 
   bool empty() const { return data == nullptr; }
-  const uint16_t* integer_scales() const { return static_cast<const uint16_t*>(scales); }
   const float* fp8_scales() const { return static_cast<const float*>(scales); }
   bool dense() const { return format == WeightFormat::kDense; }
   // Row access and slicing apply to dense matrices only.

@@ -34,7 +34,7 @@ struct IntegerWeight {
   IntegerPanel panel;  // where a panel keeps its values and fp16 scales (kernels/quantize.h)
   int64_t rows, prows, cols, group, blocks;
   int bits;            // 8, 6 or 4 (kernels/quantize.h)
-  int32_t offset;       // the value stored for zero: 128 (int8), 32 (int6) or 8 (int4)
+  int32_t offset;      // the value stored for zero: 128 (int8), 32 (int6) or 8 (int4)
   // int4: per (token, block) of this call's activations, offset · Σx · scale, what the
   // stored zero adds to a block's product in real units (matmul_integer_group); the AVX2
   // tiles read it, the others remove the offset in integers.

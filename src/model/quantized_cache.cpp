@@ -65,9 +65,9 @@ std::string plan_text(const QuantizationPlan& plan) {
   return str_cat(weight_format_name(plan.dense), "/", weight_format_name(plan.experts), "/", weight_format_name(plan.head));
 }
 
-
-// Integer formats keep fp16 scales, FP8 float ones (kernels/quantize.h).
-DType scale_dtype(const WeightMatrix& m) { return m.format == WeightFormat::kFp8 ? DType::kF32 : DType::kF16; }
+// The one format with a scales array of its own, FP8, keeps float scales; the integer
+// formats keep theirs inside their panels (kernels/quantize.h).
+constexpr DType kScaleDtype = DType::kF32;
 
 std::string describe_linear(const WeightMatrix& m) {
   return str_cat(weight_format_name(m.format), " ", m.group, " ", m.rows, " ", m.cols);
@@ -155,7 +155,7 @@ std::optional<std::string> attach_packed_linears(const PackedSource& source, Ern
     if (data.info == nullptr || (has_scales && scales.info == nullptr)) return name + " lacks its data or scales";
     if (!has_scales && scales.info != nullptr) return name + " has scales its format keeps in its data";
     if (data.info->dtype != DType::kU8 || data.info->size != aligned(packed_value_bytes(packed)) ||
-        (has_scales && (scales.info->dtype != scale_dtype(packed) || scales.info->size != aligned(packed_scale_bytes(packed)))))
+        (has_scales && (scales.info->dtype != kScaleDtype || scales.info->size != aligned(packed_scale_bytes(packed)))))
       return name + " has the wrong size";
     packed.data = data.bytes;
     packed.scales = has_scales ? scales.bytes : nullptr;
@@ -191,7 +191,7 @@ std::vector<TensorToWrite> packed_linear_tensors(const ErnieWeights& weights, st
       const std::string name = "linear." + std::to_string(i);
       metadata[name] = describe_linear(m);
       if (!scales) add(name + ".data", DType::kU8, m.data, packed_value_bytes(m));
-      else if (packed_scale_bytes(m) > 0) add(name + ".scales", scale_dtype(m), m.scales, packed_scale_bytes(m));
+      else if (packed_scale_bytes(m) > 0) add(name + ".scales", kScaleDtype, m.scales, packed_scale_bytes(m));
     }
   return tensors;
 }

@@ -3,9 +3,12 @@
 // checkpoint, another plan or a damaged file is never used, and is rebuilt.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 
 #include "model/ernie_model.h"
 #include "model/quantized_cache.h"
@@ -89,6 +92,42 @@ TEST_F(QuantizedCacheTest, AChangedCheckpointOrADamagedFileIsRebuiltNeverUsed) {
   fs::last_write_time(model_dir_ + "/model.safetensors", fs::last_write_time(model_dir_ + "/model.safetensors") + std::chrono::hours(1));
   EXPECT_FALSE(run("wint4").second);
   EXPECT_EQ(cache_files(), 2u);
+}
+
+// The integer formats keep their scales inside their panels, so their Linears are written
+// as one data tensor each; a file that brings a scales tensor for one (another layout's)
+// or lacks its data is refused, naming the Linear.
+TEST_F(QuantizedCacheTest, AnIntegerLinearIsOneDataTensor) {
+  auto model = ErnieModel::load(model_dir_, pool_, nullptr, parse_quantization("wint4", load_model_config(model_dir_)));
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::pair<TensorInfo, std::vector<uint8_t>>> stored;
+  for (const TensorToWrite& tensor : packed_linear_tensors(model->weights(), metadata)) {
+    std::vector<uint8_t> bytes = tensor.produce ? tensor.produce() : tensor.bytes;
+    TensorInfo info{tensor.name, tensor.dtype, tensor.shape, 0, bytes.size()};
+    stored.emplace(tensor.name, std::make_pair(info, std::move(bytes)));
+  }
+  ASSERT_FALSE(stored.empty());
+  for (const auto& [name, unused] : stored) EXPECT_TRUE(name.ends_with(".data")) << name;
+  const PackedSource source{metadata, [&](const std::string& name) {
+                              const auto it = stored.find(name);
+                              return it == stored.end() ? PackedTensor{} : PackedTensor{&it->second.first, it->second.second.data()};
+                            }};
+  // The first packed Linear in the loader's order, so its check is the first to run.
+  int first = -1;
+  for (const auto& [name, unused] : metadata)
+    if (name.starts_with("linear.")) first = first < 0 ? std::stoi(name.substr(7)) : std::min(first, std::stoi(name.substr(7)));
+  ASSERT_GE(first, 0);
+  const std::string linear = "linear." + std::to_string(first);
+  ErnieWeights weights = model->weights();
+  stored.emplace(linear + ".scales", stored.at(linear + ".data"));
+  std::optional<std::string> refused = attach_packed_linears(source, weights);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(*refused, linear + " has scales its format keeps in its data");
+  stored.erase(linear + ".scales");
+  stored.erase(linear + ".data");
+  refused = attach_packed_linears(source, weights);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(*refused, linear + " lacks its data or scales");
 }
 
 TEST_F(QuantizedCacheTest, OffUnlessAsked) {

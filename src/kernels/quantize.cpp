@@ -57,6 +57,12 @@ void store_scale_bits(uint8_t* data, const IntegerPanel& panel, int64_t r, int64
   std::memcpy(data + scale_offset(panel, r, b), &bits, sizeof bits);
 }
 
+float load_scale(const uint8_t* data, const IntegerPanel& panel, int64_t r, int64_t b) {
+  uint16_t bits;
+  std::memcpy(&bits, data + scale_offset(panel, r, b), sizeof bits);
+  return f16_to_f32(bits);
+}
+
 std::array<float, 256> make_e4m3_table() {
   std::array<float, 256> table{};
   for (int bits = 0; bits < 256; ++bits) {
@@ -356,10 +362,7 @@ IntegerPanel integer_panel(WeightFormat format, int64_t cols, int32_t group) {
 }
 
 float integer_scale(const WeightMatrix& m, int64_t r, int64_t b) {
-  uint16_t bits;
-  std::memcpy(&bits, static_cast<const uint8_t*>(m.data) + scale_offset(integer_panel(m.format, m.cols, m.group), r, b),
-              sizeof bits);
-  return f16_to_f32(bits);
+  return load_scale(static_cast<const uint8_t*>(m.data), integer_panel(m.format, m.cols, m.group), r, b);
 }
 
 std::optional<WeightFormat> parse_weight_format(std::string_view name) {
@@ -492,17 +495,17 @@ std::vector<float> dequantize_weight(const WeightMatrix& m) {
       float value = 0.0f;
       if (m.format == WeightFormat::kInt8) {
         const int code = bytes[value_line_offset(panel, r, k / 4) + lane * 4 + k % 4];
-        value = static_cast<float>(code - 128) * integer_scale(m, r, k / m.group);
+        value = static_cast<float>(code - 128) * load_scale(bytes, panel, r, k / m.group);
       } else if (m.format == WeightFormat::kInt4) {
         const uint8_t byte = bytes[value_line_offset(panel, r, k / 8) + lane * 4 + k % 4];
         const int code = (k % 8) < 4 ? (byte & 0xf) : (byte >> 4);
-        value = static_cast<float>(code - 8) * integer_scale(m, r, k / m.group);
+        value = static_cast<float>(code - 8) * load_scale(bytes, panel, r, k / m.group);
       } else if (m.format == WeightFormat::kInt6) {
         const uint8_t* unit = bytes + value_line_offset(panel, r, 3 * (k / 16));
         const int64_t quarter = (k % 16) / 4, at = lane * 4 + k % 4;  // which 4 inputs of the unit
         const uint8_t low = unit[(quarter / 2) * 64 + at];
         const int code = ((quarter % 2 == 0) ? (low & 0xf) : (low >> 4)) | ((unit[128 + at] >> (2 * quarter)) & 3) << 4;
-        value = static_cast<float>(code - 32) * integer_scale(m, r, k / m.group);
+        value = static_cast<float>(code - 32) * load_scale(bytes, panel, r, k / m.group);
       } else {
         const int64_t col_blocks = ceil_div(cols, kFp8Block);
         value = e4m3_to_f32(bytes[r * cols + k]) * m.fp8_scales()[(r / kFp8Block) * col_blocks + k / kFp8Block];

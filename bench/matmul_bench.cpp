@@ -20,6 +20,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "kernels/matmul_bf16.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/quantize.h"
@@ -224,6 +225,64 @@ BENCHMARK(BM_MatmulStream)
     ->ArgNames({"format", "rows", "cols", "matrices"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// Prefill as a forward pass sees it: n tokens through many distinct matrices, so each
+// panel's first pass reads it from memory. Args: rows, cols, matrices, n.
+void BM_MatmulPrefillStream(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1), count = state.range(2), n = state.range(3);
+  set_bf16_products(true);
+  std::vector<Operands> matrices;
+  for (int64_t i = 0; i < count; ++i) matrices.push_back(make_operands(WeightFormat::kDense, n, rows, cols));
+  MatmulInput input;
+  double flops = 0;
+  for (auto _ : state) {
+    for (Operands& o : matrices) {
+      input.reset(o.x.data(), n, cols);
+      matmul(pool(), input, o.weight, o.y.data());
+      benchmark::DoNotOptimize(o.y.data());
+      flops += 2.0 * static_cast<double>(n * rows * cols);
+    }
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MatmulPrefillStream)
+    ->ArgsProduct({{3072}, {1024}, {1, 16}, {512}})
+    ->ArgNames({"rows", "cols", "matrices", "n"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// A SwiGLU MLP of the 0.3B (1024 -> 3072 -> 1024) on n tokens in bf16 products, gate
+// and up fused with silu·up (matmul_swiglu) or as two products, silu_mul and the
+// rounding pass. Args: fused, n.
+void BM_MlpBf16(benchmark::State& state) {
+  const bool fused = state.range(0) != 0;
+  const int64_t n = state.range(1), hidden = 1024, inner = 3072;
+  set_bf16_products(true);
+  Operands gate = make_operands(WeightFormat::kDense, n, inner, hidden), up = make_operands(WeightFormat::kDense, n, inner, hidden);
+  Operands down = make_operands(WeightFormat::kDense, n, hidden, inner);
+  std::vector<float> g(static_cast<size_t>(n * inner)), u(g.size());
+  MatmulInput input, down_input;
+  for (auto _ : state) {
+    input.reset(gate.x.data(), n, hidden);
+    if (!fused || !matmul_swiglu(pool(), input, gate.weight, up.weight, down.weight, down_input)) {
+      const WeightMatrix* ws[] = {&gate.weight, &up.weight};
+      float* ys[] = {g.data(), u.data()};
+      matmul_shared_input(pool(), input, ws, ys);
+      down_input.reset(g.data(), n, inner);
+      down_input.round_while_writing(down.weight);
+      pool().parallel_for(static_cast<size_t>(n), 16, [&](size_t begin, size_t end) {
+        const auto t0 = static_cast<int64_t>(begin), t1 = static_cast<int64_t>(end);
+        silu_mul(g.data() + t0 * inner, u.data() + t0 * inner, (t1 - t0) * inner);
+        down_input.round_written(t0, t1);
+      });
+    }
+    matmul(pool(), down_input, down.weight, down.y.data());
+    benchmark::DoNotOptimize(down.y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(6.0 * static_cast<double>(n * inner * hidden) * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MlpBf16)->ArgsProduct({{0, 1}, {1, 512}})->ArgNames({"fused", "n"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void matmul_shapes(benchmark::internal::Benchmark* b) {
   for (WeightFormat format : {WeightFormat::kDense, WeightFormat::kInt8, WeightFormat::kInt4, WeightFormat::kFp8}) {

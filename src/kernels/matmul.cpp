@@ -410,6 +410,7 @@ void MatmulInput::reset(const float* x, int64_t n, int64_t cols) {
 
 const Bf16Activations& MatmulInput::bf16_rows(ThreadPool& pool) {
   if (!have_bf16_) {
+    need_floats("bf16");
     bf16_.reset(n_, cols_);
     bf16_.round_all(pool, x_);
     have_bf16_ = true;
@@ -424,7 +425,13 @@ bool MatmulInput::round_while_writing(const WeightMatrix& w) {
   return true;
 }
 
+void MatmulInput::need_floats(const char* form) const {
+  if (x_ == nullptr && n_ > 0)
+    fail("an input written in bf16-product form alone (a fused SwiGLU's) has no ", form, " form");
+}
+
 const QuantizedActivations& MatmulInput::int8_for(ThreadPool& pool, const WeightMatrix& w) {
+  need_floats("int8");
   if (have_int8_ && int8_.group == w.group && int8_absmax_ == w.input_absmax && int8_hadamard_ == w.input_hadamard)
     return int8_;
   prepare_activations(n_, cols_, w.group, int8_);
@@ -438,6 +445,7 @@ const QuantizedActivations& MatmulInput::int8_for(ThreadPool& pool, const Weight
 }
 
 const float* MatmulInput::fp8_rounded() {
+  need_floats("fp8");
   if (!have_fp8_) {
     fp8_.assign(x_, x_ + n_ * cols_);
     fake_quantize_fp8_activations(fp8_.data(), n_, cols_);
@@ -451,6 +459,8 @@ uint64_t weight_bytes_streamed() { return streamed_weight_bytes.load(std::memory
 void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* y) {
   if (input.cols() != w.cols) fail("matmul: input width ", input.cols(), " does not match the weight's ", w.cols);
   if (input.n() == 0) return;
+  if (input.x() == nullptr && w.format != WeightFormat::kBf16Packed)
+    fail("a ", weight_format_name(w.format), " weight cannot take an input written in bf16-product form alone");
   count_streamed(w);
   if (is_integer(w)) {
     matmul_integer(pool, input.int8_for(pool, w), w, y);
@@ -488,6 +498,22 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
   } else {
     for (size_t i = 0; i < weights.size(); ++i) matmul(pool, input, *weights[i], outputs[i]);
   }
+}
+
+bool matmul_swiglu(ThreadPool& pool, MatmulInput& input, const WeightMatrix& gate, const WeightMatrix& up,
+                   const WeightMatrix& down, MatmulInput& out) {
+  const auto packed = [](const WeightMatrix& w) { return w.format == WeightFormat::kBf16Packed; };
+  if (!packed(gate) || !packed(up) || !packed(down) || gate.rows != up.rows || gate.cols != up.cols ||
+      down.cols != gate.rows || !bf16_swiglu_available())
+    return false;
+  if (input.cols() != gate.cols) fail("matmul: input width ", input.cols(), " does not match the weight's ", gate.cols);
+  count_streamed(gate);
+  count_streamed(up);
+  out.reset(nullptr, input.n(), gate.rows);
+  out.bf16_.reset(out.n_, out.cols_);
+  out.have_bf16_ = true;
+  matmul_bf16_swiglu(pool, input.bf16_rows(pool), gate, up, out.bf16_);
+  return true;
 }
 
 void matmul_batch(ThreadPool& pool, std::span<MatmulInput* const> inputs, std::span<const WeightMatrix* const> weights,

@@ -48,6 +48,11 @@ class MatmulInput {
   void round_written(int64_t t0, int64_t t1) { round_written(t0, t1, 0, cols_); }
 
  private:
+  friend bool matmul_swiglu(ThreadPool& pool, MatmulInput& input, const WeightMatrix& gate, const WeightMatrix& up,
+                            const WeightMatrix& down, MatmulInput& out);
+  // Fails for an input that exists in the bf16-product form alone (matmul_swiglu's output).
+  void need_floats(const char* form) const;
+
   const float* x_ = nullptr;
   int64_t n_ = 0, cols_ = 0;
   bool have_int8_ = false, have_fp8_ = false, have_bf16_ = false, rounding_while_writing_ = false;
@@ -67,6 +72,14 @@ void matmul(ThreadPool& pool, MatmulInput& input, const WeightMatrix& w, float* 
 // up): in one parallel loop where their kernels allow it, else one after another.
 void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const WeightMatrix* const> weights,
                          std::span<float* const> outputs);
+
+// A SwiGLU MLP's down input, silu(x · gateᵀ) ∘ (x · upᵀ): where gate, up and down are packed
+// bf16 and the CPU has AVX512-BF16 (bf16_swiglu_available), one fused loop writes it
+// into `out` in down's bf16-product form alone (out.x() is null: no fp32 copy exists) and
+// the call returns true; elsewhere it does nothing and returns false, and the caller
+// multiplies gate and up and applies silu_mul itself (the same bits).
+bool matmul_swiglu(ThreadPool& pool, MatmulInput& input, const WeightMatrix& gate, const WeightMatrix& up,
+                   const WeightMatrix& down, MatmulInput& out);
 
 // y_i = x_i · W_iᵀ, each weight with its own input (an input may serve several weights:
 // an expert's gate and up), in one parallel loop where every weight is integer (at most

@@ -4,10 +4,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "kernels/x86_intrinsics.h"
 #include "util/error.h"
 #include "util/weight_buffer.h"
@@ -140,6 +142,98 @@ ERNIE_BF16_TARGET void panel_avx512(const uint16_t* panel, int groups, int64_t p
     case 3: packed_tile_groups<3>(groups, panel, pairs, x, y, first_row, valid_rows, streaming); break;
     case 2: packed_tile_groups<2>(groups, panel, pairs, x, y, first_row, valid_rows, streaming); break;
     default: packed_tile_groups<1>(groups, panel, pairs, x, y, first_row, valid_rows, streaming); break;
+  }
+}
+
+// A SwiGLU MLP's gate and up for T tokens: G groups of gate rows and the same G groups of
+// up rows, from group g0 of panels of `groups` groups (2·T·G accumulators; the loop is
+// packed_tile's, over two panels at once), then silu(gate)·up for every row, rounded to
+// bf16 (nearest even) into the tokens' rows of down's input at column first_col, at most
+// `cols` of them. The epilogue is silu_mul and vcvtne2ps2bf16, what the unfused path runs
+// over the fp32 gate rows, so the bits are the same; no fp32 gate or up row is written.
+// Padding rows have zero weights, so their outputs are silu(0)·0 = 0: the padding input
+// down expects.
+template <int T, int G>
+ERNIE_BF16_TARGET void swiglu_tile(const uint16_t* gate_panel, const uint16_t* up_panel, int groups, int g0,
+                                   int64_t pairs, const uint32_t* const* x, uint16_t* const* out, int64_t first_col,
+                                   int64_t cols, bool streaming) {
+  __m512 gate[T][G], up[T][G];
+  for (int t = 0; t < T; ++t)
+    for (int g = 0; g < G; ++g) gate[t][g] = up[t][g] = _mm512_setzero_ps();
+  const int64_t step = groups * 2 * kBf16GroupRows;  // bf16 per input pair in a panel
+  const uint16_t* gw = gate_panel + g0 * 2 * kBf16GroupRows;
+  const uint16_t* uw = up_panel + g0 * 2 * kBf16GroupRows;
+  int64_t j = 0;
+  do {  // a do-while for the reason packed_tile gives
+    __m512bh gv[G], uv[G];
+    for (int g = 0; g < G; ++g) {
+      if (streaming) {
+        _mm_prefetch(reinterpret_cast<const char*>(gw + g * 32 + 16 * step), _MM_HINT_NTA);
+        _mm_prefetch(reinterpret_cast<const char*>(uw + g * 32 + 16 * step), _MM_HINT_NTA);
+      }
+      gv[g] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(gw + g * 32));
+      uv[g] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(uw + g * 32));
+    }
+    for (int t = 0; t < T; ++t) {
+      const auto xv = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[t][j])));
+      for (int g = 0; g < G; ++g) {
+        gate[t][g] = _mm512_dpbf16_ps(gate[t][g], gv[g], xv);
+        up[t][g] = _mm512_dpbf16_ps(up[t][g], uv[g], xv);
+      }
+    }
+    gw += step;
+    uw += step;
+  } while (++j < pairs);
+  constexpr int kCols = G * kBf16GroupRows;
+  alignas(64) float gate_values[T][kCols], up_values[T][kCols];
+  for (int t = 0; t < T; ++t)
+    for (int g = 0; g < G; ++g) {
+      _mm512_store_ps(&gate_values[t][g * kBf16GroupRows], gate[t][g]);
+      _mm512_store_ps(&up_values[t][g * kBf16GroupRows], up[t][g]);
+    }
+  silu_mul(&gate_values[0][0], &up_values[0][0], T * kCols);
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < kCols && c < cols; c += 32) {
+      const __m512 low = _mm512_load_ps(&gate_values[t][c]);
+      const __m512 high = c + 16 < kCols ? _mm512_load_ps(&gate_values[t][c + 16]) : _mm512_setzero_ps();
+      const int64_t width = std::min<int64_t>(32, cols - c);
+      const auto mask = static_cast<__mmask32>(width >= 32 ? 0xffffffffu : (1u << width) - 1u);
+      _mm512_mask_storeu_epi16(out[t] + first_col + c, mask, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(high, low)));
+    }
+}
+
+// One panel of gate and up for `tokens` tokens: up to 3 tokens (decode) take all its
+// groups at once, so each panel stays one forward stream; more take 2 groups at a time
+// (24 accumulators for 6 tokens, as packed_tile's 6 x 4).
+template <int T>
+ERNIE_BF16_TARGET void swiglu_panel_tokens(const uint16_t* gate_panel, const uint16_t* up_panel, int groups,
+                                           int64_t pairs, const uint32_t* const* x, uint16_t* const* out,
+                                           int64_t first_col, int64_t cols, bool streaming) {
+  constexpr int kMaxGroups = T <= 3 ? 4 : 2;
+  for (int g0 = 0; g0 < groups; g0 += kMaxGroups) {
+    const int64_t col = first_col + g0 * kBf16GroupRows, left = cols - g0 * kBf16GroupRows;
+    const auto tile = [&](auto g) {
+      swiglu_tile<T, decltype(g)::value>(gate_panel, up_panel, groups, g0, pairs, x, out, col, left, streaming);
+    };
+    switch (std::min(kMaxGroups, groups - g0)) {
+      case 4: if constexpr (kMaxGroups >= 4) tile(std::integral_constant<int, 4>{}); break;
+      case 3: if constexpr (kMaxGroups >= 3) tile(std::integral_constant<int, 3>{}); break;
+      case 2: tile(std::integral_constant<int, 2>{}); break;
+      default: tile(std::integral_constant<int, 1>{}); break;
+    }
+  }
+}
+
+ERNIE_BF16_TARGET void swiglu_panel(const uint16_t* gate_panel, const uint16_t* up_panel, int groups, int64_t pairs,
+                                    const uint32_t* const* x, int tokens, uint16_t* const* out, int64_t first_col,
+                                    int64_t cols, bool streaming) {
+  switch (tokens) {
+    case 6: swiglu_panel_tokens<6>(gate_panel, up_panel, groups, pairs, x, out, first_col, cols, streaming); break;
+    case 5: swiglu_panel_tokens<5>(gate_panel, up_panel, groups, pairs, x, out, first_col, cols, streaming); break;
+    case 4: swiglu_panel_tokens<4>(gate_panel, up_panel, groups, pairs, x, out, first_col, cols, streaming); break;
+    case 3: swiglu_panel_tokens<3>(gate_panel, up_panel, groups, pairs, x, out, first_col, cols, streaming); break;
+    case 2: swiglu_panel_tokens<2>(gate_panel, up_panel, groups, pairs, x, out, first_col, cols, streaming); break;
+    default: swiglu_panel_tokens<1>(gate_panel, up_panel, groups, pairs, x, out, first_col, cols, streaming); break;
   }
 }
 #endif
@@ -391,6 +485,7 @@ const uint32_t* Bf16Activations::pairs(int64_t t) const {
   return reinterpret_cast<const uint32_t*>(bf16_.data() + t * stride_);
 }
 const float* Bf16Activations::floats(int64_t t) const { return floats_.data() + t * stride_; }
+uint16_t* Bf16Activations::bf16_row(int64_t t) { return bf16_.data() + t * stride_; }
 
 void matmul_bf16_packed_group(ThreadPool& pool, const Bf16Activations& x, std::span<const WeightMatrix* const> ws,
                               std::span<float* const> ys) {
@@ -453,6 +548,54 @@ void matmul_bf16_packed_group(ThreadPool& pool, const Bf16Activations& x, std::s
       multiply_units<kTileTokens>(n, *ws[i], u0, u1, ys[i], row_of, panel);
     });
   });
+}
+
+bool bf16_swiglu_available() { return has_bf16_instructions(); }
+
+void matmul_bf16_swiglu(ThreadPool& pool, const Bf16Activations& x, const WeightMatrix& gate, const WeightMatrix& up,
+                        Bf16Activations& out) {
+  if (gate.format != WeightFormat::kBf16Packed || up.format != WeightFormat::kBf16Packed)
+    fail("matmul_bf16_swiglu takes packed bf16 gate and up weights");
+  if (gate.rows != up.rows || gate.cols != up.cols)
+    fail("matmul_bf16_swiglu: gate is ", gate.rows, "x", gate.cols, " but up ", up.rows, "x", up.cols);
+  if (x.cols() != gate.cols || out.n() != x.n() || out.cols() != gate.rows)
+    fail("matmul_bf16_swiglu: ", x.n(), " inputs of ", x.cols(), " values and ", out.n(), " outputs of ", out.cols(),
+         " do not fit a ", gate.rows, "x", gate.cols, " gate");
+  if (!bf16_swiglu_available()) fail("matmul_bf16_swiglu needs AVX512-BF16");
+  const int64_t n = x.n();
+  if (n == 0) return;
+#if defined(__x86_64__)
+  const int64_t kp = even_cols(gate.cols), pairs = kp / 2, chunks = token_chunks(n);
+  // The outputs' columns down reads: every row's value and, for an odd count, the padding
+  // input (a padding row's zero).
+  const int64_t out_cols = even_cols(gate.rows);
+  const auto* gate_weights = static_cast<const uint16_t*>(gate.data);
+  const auto* up_weights = static_cast<const uint16_t*>(up.data);
+  const bool streaming = n <= kStreamingTokens;
+  // The units and their split are matmul_bf16_packed_group's, a unit being a panel of
+  // gate and the same panel of up for one chunk of tokens.
+  const auto units = static_cast<size_t>(panel_count(gate.rows) * chunks);
+  pool.parallel_streams(units, 1, [&](size_t begin, size_t end) {
+    for (auto u = static_cast<int64_t>(begin); u < static_cast<int64_t>(end); ++u) {
+      const int64_t p = u / chunks, t0 = u % chunks * kTokenChunk, t1 = std::min(n, t0 + kTokenChunk);
+      const int64_t first_col = p * kPanelRows;
+      for (int64_t t = t0; t < t1; t += kTileTokens) {
+        const int tokens = static_cast<int>(std::min<int64_t>(kTileTokens, t1 - t));
+        const uint32_t* xs[kTileTokens];
+        uint16_t* outs[kTileTokens];
+        for (int i = 0; i < tokens; ++i) {
+          xs[i] = x.pairs(t + i);
+          outs[i] = out.bf16_row(t + i);
+        }
+        swiglu_panel(gate_weights + p * kPanelRows * kp, up_weights + p * kPanelRows * kp, panel_groups(gate.rows, p),
+                     pairs, xs, tokens, outs, first_col, std::min(kPanelRows, out_cols - first_col), streaming);
+      }
+    }
+  });
+#else
+  (void)pool;
+  (void)out;
+#endif
 }
 
 }  // namespace ernie

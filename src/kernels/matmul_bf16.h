@@ -67,6 +67,9 @@ class Bf16Activations {
   // Token t's row as its kernel takes it: 32-bit input pairs, or (AVX2) floats.
   const uint32_t* pairs(int64_t t) const;
   const float* floats(int64_t t) const;
+  // Token t's row of bf16 for a product that writes this form directly (matmul_bf16_swiglu;
+  // AVX512-BF16 only, where the form is bf16).
+  uint16_t* bf16_row(int64_t t);
 
  private:
   int64_t n_ = 0, cols_ = 0, stride_ = 0;
@@ -80,5 +83,14 @@ class Bf16Activations {
 // order as vdpbf16ps, with fp32 multiply-adds) on any CPU.
 void matmul_bf16_packed_group(ThreadPool& pool, const Bf16Activations& x, std::span<const WeightMatrix* const> ws,
                               std::span<float* const> ys);
+
+// Whether matmul_bf16_swiglu runs on this CPU (AVX512-BF16).
+bool bf16_swiglu_available();
+// A SwiGLU MLP's first half in one parallel loop: out = silu(x · gateᵀ) ∘ (x · upᵀ), rounded
+// to bf16 straight into down's input form, for packed gate and up of one shape (out sized
+// for x.n() rows of gate.rows inputs). The same bits as the two products, silu_mul and
+// rounding, without writing or reading back their fp32 rows.
+void matmul_bf16_swiglu(ThreadPool& pool, const Bf16Activations& x, const WeightMatrix& gate, const WeightMatrix& up,
+                        Bf16Activations& out);
 
 }  // namespace ernie

@@ -70,11 +70,15 @@ void write_rows_rounded(MatmulInput& input, int64_t t0, int64_t t1, FunctionRef<
   }
 }
 
-// down [n, H] = MLP(input), with gate and up [n, inner] as working memory and
-// down_input for the down projection's quantized input.
+// down [n, H] = MLP(input), with gate and up [n, inner] as working memory (the fused bf16
+// path, matmul_swiglu, writes neither) and down_input for the down projection's input.
 void mlp_into(ThreadPool& pool, const MlpWeights& mlp, MatmulInput& input, float* gate, float* up,
               MatmulInput& down_input, float* down) {
   const int64_t n = input.n(), inner = mlp.gate.rows;
+  if (matmul_swiglu(pool, input, mlp.gate, mlp.up, mlp.down, down_input)) {
+    matmul(pool, down_input, mlp.down, down);
+    return;
+  }
   const WeightMatrix* gate_up[] = {&mlp.gate, &mlp.up};
   float* gate_up_out[] = {gate, up};
   matmul_shared_input(pool, input, gate_up, gate_up_out);

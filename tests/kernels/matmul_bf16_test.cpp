@@ -8,6 +8,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "kernels/quantize.h"
 #include "kernels/random_operands.h"
 #include "util/error.h"
@@ -176,6 +177,60 @@ TEST(MatmulBf16Test, RoundingWhileWritingEqualsRoundingBeforeTheProduct) {
   const std::vector<float> x = random_activations(2, 64, 5);
   input.reset(x.data(), 2, 64);
   EXPECT_FALSE(input.round_while_writing(quantize_weight(random_bf16(8, 64, 6).matrix, WeightFormat::kInt8)));
+}
+
+// The fused SwiGLU (gate and up in one loop, silu·up rounded straight into down's input)
+// gives down the same bits as the two products, silu_mul and rounding do: decode and
+// prefill token counts, panels with 1 to 4 groups, an odd width (its padding input).
+TEST(MatmulBf16Test, FusedSwigluEqualsProductsThenSiluMul) {
+  ThreadPool pool(2);
+  constexpr int64_t kHidden = 24;
+  for (const auto& [inner, cols] : {std::tuple<int64_t, int64_t>{200, 129}, {37, 70}, {64, 64}, {19, 1000}, {130, 256}}) {
+    const OwnedDense gate = random_bf16(inner, cols, static_cast<uint64_t>(inner)),
+                     up = random_bf16(inner, cols, static_cast<uint64_t>(inner + 1)),
+                     down = random_bf16(kHidden, inner, static_cast<uint64_t>(inner + 2));
+    const WeightMatrix packed_gate = pack_bf16_weight(gate.matrix), packed_up = pack_bf16_weight(up.matrix),
+                       packed_down = pack_bf16_weight(down.matrix);
+    for (int64_t n : {1, 2, 3, 4, 7, 17, 70}) {
+      const std::vector<float> x = random_activations(n, cols, static_cast<uint64_t>(n * cols));
+      std::vector<float> g(static_cast<size_t>(n * inner)), u(g.size());
+      std::vector<float> expected(static_cast<size_t>(n * kHidden)), fused(expected.size(), -1.0f);
+      matmul(pool, x.data(), n, packed_gate, g.data());
+      matmul(pool, x.data(), n, packed_up, u.data());
+      silu_mul(g.data(), u.data(), n * inner);
+      matmul(pool, g.data(), n, packed_down, expected.data());
+
+      MatmulInput input, down_input;
+      input.reset(x.data(), n, cols);
+      if (!matmul_swiglu(pool, input, packed_gate, packed_up, packed_down, down_input)) {
+        EXPECT_FALSE(bf16_swiglu_available());
+        GTEST_SKIP() << "no AVX512-BF16: the MLP multiplies gate and up unfused";
+      }
+      EXPECT_EQ(down_input.x(), nullptr);
+      matmul(pool, down_input, packed_down, fused.data());
+      ASSERT_EQ(0, std::memcmp(expected.data(), fused.data(), expected.size() * sizeof(float)))
+          << inner << "x" << cols << " n=" << n;
+      // Its input exists in bf16 form alone: a weight that wants another form is refused.
+      EXPECT_THROW(matmul(pool, down_input, down.matrix, fused.data()), Error);
+    }
+  }
+}
+
+// The fused loop is taken only where all three weights are packed bf16 of matching
+// shapes; otherwise the call does nothing and the MLP runs unfused.
+TEST(MatmulBf16Test, FusedSwigluDeclinesWhatItCannotFuse) {
+  ThreadPool pool(2);
+  const OwnedDense gate = random_bf16(32, 64, 1), up = random_bf16(32, 64, 2), down = random_bf16(8, 32, 3),
+                   short_up = random_bf16(16, 64, 4);
+  const WeightMatrix packed_gate = pack_bf16_weight(gate.matrix), packed_up = pack_bf16_weight(up.matrix),
+                     packed_down = pack_bf16_weight(down.matrix), packed_short = pack_bf16_weight(short_up.matrix);
+  const WeightMatrix int8_down = quantize_weight(down.matrix, WeightFormat::kInt8);
+  const std::vector<float> x = random_activations(3, 64, 5);
+  MatmulInput input, down_input;
+  input.reset(x.data(), 3, 64);
+  EXPECT_FALSE(matmul_swiglu(pool, input, packed_gate, packed_up, int8_down, down_input));
+  EXPECT_FALSE(matmul_swiglu(pool, input, packed_gate, packed_short, packed_down, down_input));
+  EXPECT_FALSE(matmul_swiglu(pool, input, gate.matrix, up.matrix, down.matrix, down_input));
 }
 
 }  // namespace

@@ -142,9 +142,23 @@ void gelu_erf(float* values, int64_t count) {
   for (int64_t i = 0; i < count; ++i) values[i] = 0.5f * values[i] * (1.0f + std::erf(values[i] * 0.70710678118654752f));
 }
 
+// 16 lanes at a time first: in the AVX-512 clone one register each, half the
+// instructions of two 8-lane steps (a bf16 prefill computes silu for every MLP row;
+// BM_SiluMul). Every lane computes the same operations at any width, so the bits do not
+// depend on where an element falls.
+using WideLanes = float __attribute__((vector_size(2 * kLanes * sizeof(float))));
+using WideIntLanes = int32_t __attribute__((vector_size(2 * kLanes * sizeof(int32_t))));
+
 ERNIE_CLONE_FOR_ISAS
 void silu_mul(float* gate, const float* up, int64_t count) {
   int64_t i = 0;
+  for (; i + 2 * kLanes <= count; i += 2 * kLanes) {
+    WideLanes g, u;
+    std::memcpy(&g, gate + i, sizeof g);
+    std::memcpy(&u, up + i, sizeof u);
+    const WideLanes out = g / (1.0f + fast_exp_of<WideLanes, WideIntLanes>(-g)) * u;
+    std::memcpy(gate + i, &out, sizeof out);
+  }
   for (; i + kLanes <= count; i += kLanes) {
     const FloatLanes g = load_lanes(gate + i);
     store_lanes(gate + i, g / (1.0f + fast_exp_of<FloatLanes, IntLanes>(-g)) * load_lanes(up + i));

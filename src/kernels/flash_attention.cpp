@@ -12,6 +12,7 @@
 #include "kernels/matmul.h"
 #include "kernels/x86_intrinsics.h"
 #include "tensor/dtype.h"
+#include "util/error.h"
 
 // The vector helpers below are always inlined into functions compiled for one ISA, so
 // the calling-convention note GCC gives for vector arguments never applies.
@@ -127,6 +128,7 @@ struct Problem {
   const void* const* value_rows;
   const float* q;
   float* out;
+  uint16_t* out_bf16;  // instead of out where set: the output rounded to bf16 (nearest even)
   int64_t q_stride, out_stride, first_position;
   int64_t all_keys;  // > 0: every query sees keys 0 .. all_keys - 1 (bidirectional)
   int num_queries, kv_heads, kv_head, group, head_dim;
@@ -462,11 +464,16 @@ ERNIE_INLINE const float* start_row(const Problem& p, int64_t r0, int r, int row
   return p.q + at.token * p.q_stride + static_cast<int64_t>(at.head) * p.head_dim;
 }
 
+// Where row r's output starts in p.out (or p.out_bf16): its token's row, its head's columns.
+inline int64_t output_offset(const Problem& p, int64_t r) {
+  const RowHead at = row_head(p, r);
+  return at.token * p.out_stride + static_cast<int64_t>(at.head) * p.head_dim;
+}
+
 // The tile's rows of O divided by their probability sums, into their places in p.out.
 ERNIE_INLINE void write_tile_output(const Problem& p, int64_t r0, int rows) {
   for (int r = 0; r < rows; ++r) {
-    const RowHead at = row_head(p, r0 + r);
-    float* dst = p.out + at.token * p.out_stride + static_cast<int64_t>(at.head) * p.head_dim;
+    float* dst = p.out + output_offset(p, r0 + r);
     const float* src = p.o + static_cast<size_t>(r) * p.o_stride;
     const float inverse = 1.0f / p.l[r];
     for (int d = 0; d < p.head_dim; ++d) dst[d] = src[d] * inverse;
@@ -861,6 +868,22 @@ ERNIE_BF16_TARGET inline void value_products(const Problem& p, int t_pad, int pv
   }
 }
 
+// write_tile_output for this kernel (head_dim a multiple of 32), and bf16 output rounded
+// by vcvtne2ps2bf16 32 values at a time, the instruction Bf16Activations rounds with.
+ERNIE_BF16_TARGET inline void write_output(const Problem& p, int64_t r0, int rows) {
+  if (p.out_bf16 == nullptr) return write_tile_output(p, r0, rows);
+  for (int r = 0; r < rows; ++r) {
+    const float* src = p.o + static_cast<size_t>(r) * p.o_stride;
+    const __m512 inverse = _mm512_set1_ps(1.0f / p.l[r]);
+    uint16_t* dst = p.out_bf16 + output_offset(p, r0 + r);
+    for (int d = 0; d < p.head_dim; d += 32) {
+      const __m512bh rounded = _mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + d + 16), inverse),
+                                                   _mm512_mul_ps(_mm512_loadu_ps(src + d), inverse));
+      _mm512_storeu_si512(dst + d, reinterpret_cast<__m512i>(rounded));
+    }
+  }
+}
+
 ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
   const int hd = p.head_dim;
   const int t_pad = static_cast<int>(round_up(static_cast<size_t>(rows), kWidth));
@@ -926,7 +949,7 @@ ERNIE_BF16_TARGET void attend_tile(const Problem& p, int64_t r0, int rows) {
     }
   }
 
-  write_tile_output(p, r0, rows);
+  write_output(p, r0, rows);
 }
 
 ERNIE_BF16_TARGET void attend(const Problem& p) {
@@ -969,7 +992,7 @@ namespace {
 
 void run_attention(const AttentionShape& shape, const void* const* key_rows, const void* const* value_rows,
                    int kv_head, const float* q, int64_t q_stride, int64_t first_position, int64_t all_keys,
-                   int num_queries, float* out, int64_t out_stride, AttentionScratch& scratch) {
+                   int num_queries, float* out, uint16_t* out_bf16, int64_t out_stride, AttentionScratch& scratch) {
   assert(shape.head_dim >= 1 && shape.kv_heads >= 1 && shape.heads % shape.kv_heads == 0);
   assert(kv_head >= 0 && kv_head < shape.kv_heads && first_position >= 0);
   if (num_queries <= 0) return;
@@ -985,6 +1008,7 @@ void run_attention(const AttentionShape& shape, const void* const* key_rows, con
   p.value_rows = value_rows;
   p.q = q;
   p.out = out;
+  p.out_bf16 = out_bf16;
   p.q_stride = q_stride;
   p.out_stride = out_stride;
   p.first_position = first_position;
@@ -997,6 +1021,9 @@ void run_attention(const AttentionShape& shape, const void* const* key_rows, con
   p.scale = shape.scale;
   p.storage = shape.storage;
   carve_scratch(reinterpret_cast<float*>(aligned), p);
+  // bf16 output is rounded by the instruction the bf16-products kernel has.
+  if (out_bf16 != nullptr && !attention_uses_bf16_products(shape))
+    fail("attention with bf16 output needs bf16 products (AVX512-BF16, a bf16 cache, head_dim a multiple of 32)");
 #if defined(__x86_64__)
   if (attention_uses_bf16_products(shape)) {
     bf16_products::attend(p);
@@ -1011,8 +1038,15 @@ void run_attention(const AttentionShape& shape, const void* const* key_rows, con
 void causal_attention_group(const AttentionShape& shape, const void* const* key_rows, const void* const* value_rows,
                             int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
                             float* out, int64_t out_stride, AttentionScratch& scratch) {
-  run_attention(shape, key_rows, value_rows, kv_head, q, q_stride, first_position, 0, num_queries, out, out_stride,
-                scratch);
+  run_attention(shape, key_rows, value_rows, kv_head, q, q_stride, first_position, 0, num_queries, out, nullptr,
+                out_stride, scratch);
+}
+
+void causal_attention_group(const AttentionShape& shape, const void* const* key_rows, const void* const* value_rows,
+                            int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
+                            uint16_t* out, int64_t out_stride, AttentionScratch& scratch) {
+  run_attention(shape, key_rows, value_rows, kv_head, q, q_stride, first_position, 0, num_queries, nullptr, out,
+                out_stride, scratch);
 }
 
 void bidirectional_attention_group(const AttentionShape& shape, const void* const* key_rows,
@@ -1020,7 +1054,8 @@ void bidirectional_attention_group(const AttentionShape& shape, const void* cons
                                    int64_t num_keys, int num_queries, float* out, int64_t out_stride,
                                    AttentionScratch& scratch) {
   assert(num_keys >= 1);
-  run_attention(shape, key_rows, value_rows, kv_head, q, q_stride, 0, num_keys, num_queries, out, out_stride, scratch);
+  run_attention(shape, key_rows, value_rows, kv_head, q, q_stride, 0, num_keys, num_queries, out, nullptr, out_stride,
+                scratch);
 }
 
 }  // namespace ernie

@@ -70,6 +70,14 @@ void causal_attention_group(const AttentionShape& shape, const void* const* key_
                             int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
                             float* out, int64_t out_stride, AttentionScratch& scratch);
 
+// The same, with the output rounded to bf16 into out's rows instead, bit for bit what
+// Bf16Activations::round makes of the fp32 output: a bf16-product consumer's input
+// written directly, with no fp32 copy written and read back. Only where
+// attention_uses_bf16_products(shape) (it fails elsewhere).
+void causal_attention_group(const AttentionShape& shape, const void* const* key_rows, const void* const* value_rows,
+                            int kv_head, const float* q, int64_t q_stride, int64_t first_position, int num_queries,
+                            uint16_t* out, int64_t out_stride, AttentionScratch& scratch);
+
 // Whether calls with this shape multiply in bf16: with bf16 products switched on
 // (set_bf16_products, kernels/matmul.h) on a CPU with AVX512-BF16, a bf16 cache and
 // head_dim a multiple of 32. Such a call rounds the queries to bf16 (the scale multiplies

@@ -418,6 +418,14 @@ const Bf16Activations& MatmulInput::bf16_rows(ThreadPool& pool) {
   return bf16_;
 }
 
+Bf16Activations* MatmulInput::bf16_form_alone(const WeightMatrix& w, int64_t n, int64_t cols) {
+  if (w.format != WeightFormat::kBf16Packed || w.cols != cols || !bf16_rows_writable()) return nullptr;
+  reset(nullptr, n, cols);
+  bf16_.reset(n, cols);
+  have_bf16_ = true;
+  return &bf16_;
+}
+
 bool MatmulInput::round_while_writing(const WeightMatrix& w) {
   if (w.format != WeightFormat::kBf16Packed || w.cols != cols_) return false;
   bf16_.reset(n_, cols_);
@@ -503,16 +511,13 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
 bool matmul_swiglu(ThreadPool& pool, MatmulInput& input, const WeightMatrix& gate, const WeightMatrix& up,
                    const WeightMatrix& down, MatmulInput& out) {
   const auto packed = [](const WeightMatrix& w) { return w.format == WeightFormat::kBf16Packed; };
-  if (!packed(gate) || !packed(up) || !packed(down) || gate.rows != up.rows || gate.cols != up.cols ||
-      down.cols != gate.rows || !bf16_swiglu_available())
-    return false;
+  if (!packed(gate) || !packed(up) || gate.rows != up.rows || gate.cols != up.cols) return false;
   if (input.cols() != gate.cols) fail("matmul: input width ", input.cols(), " does not match the weight's ", gate.cols);
+  Bf16Activations* rows = out.bf16_form_alone(down, input.n(), gate.rows);
+  if (rows == nullptr) return false;
   count_streamed(gate);
   count_streamed(up);
-  out.reset(nullptr, input.n(), gate.rows);
-  out.bf16_.reset(out.n_, out.cols_);
-  out.have_bf16_ = true;
-  matmul_bf16_swiglu(pool, input.bf16_rows(pool), gate, up, out.bf16_);
+  matmul_bf16_swiglu(pool, input.bf16_rows(pool), gate, up, *rows);
   return true;
 }
 

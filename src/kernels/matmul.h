@@ -47,9 +47,14 @@ class MatmulInput {
   }
   void round_written(int64_t t0, int64_t t1) { round_written(t0, t1, 0, cols_); }
 
+  // For a producer that writes the bf16-product form itself: where `w` takes that form and
+  // it holds bf16 rows (bf16_rows_writable), resets the input to that form alone (n rows of
+  // cols; x() is null and no other form exists) and returns it to be written; else
+  // returns nullptr and changes nothing. A row's padding input, for odd cols, is the
+  // producer's to zero.
+  Bf16Activations* bf16_form_alone(const WeightMatrix& w, int64_t n, int64_t cols);
+
  private:
-  friend bool matmul_swiglu(ThreadPool& pool, MatmulInput& input, const WeightMatrix& gate, const WeightMatrix& up,
-                            const WeightMatrix& down, MatmulInput& out);
   // Fails for an input that exists in the bf16-product form alone (matmul_swiglu's output).
   void need_floats(const char* form) const;
 
@@ -74,7 +79,7 @@ void matmul_shared_input(ThreadPool& pool, MatmulInput& input, std::span<const W
                          std::span<float* const> outputs);
 
 // A SwiGLU MLP's down input, silu(x · gateᵀ) ∘ (x · upᵀ): where gate, up and down are packed
-// bf16 and the CPU has AVX512-BF16 (bf16_swiglu_available), one fused loop writes it
+// bf16 and the CPU has AVX512-BF16 (bf16_rows_writable), one fused loop writes it
 // into `out` in down's bf16-product form alone (out.x() is null: no fp32 copy exists) and
 // the call returns true; elsewhere it does nothing and returns false, and the caller
 // multiplies gate and up and applies silu_mul itself (the same bits).

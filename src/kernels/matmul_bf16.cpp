@@ -550,7 +550,7 @@ void matmul_bf16_packed_group(ThreadPool& pool, const Bf16Activations& x, std::s
   });
 }
 
-bool bf16_swiglu_available() { return has_bf16_instructions(); }
+bool bf16_rows_writable() { return has_bf16_instructions(); }
 
 void matmul_bf16_swiglu(ThreadPool& pool, const Bf16Activations& x, const WeightMatrix& gate, const WeightMatrix& up,
                         Bf16Activations& out) {
@@ -561,7 +561,7 @@ void matmul_bf16_swiglu(ThreadPool& pool, const Bf16Activations& x, const Weight
   if (x.cols() != gate.cols || out.n() != x.n() || out.cols() != gate.rows)
     fail("matmul_bf16_swiglu: ", x.n(), " inputs of ", x.cols(), " values and ", out.n(), " outputs of ", out.cols(),
          " do not fit a ", gate.rows, "x", gate.cols, " gate");
-  if (!bf16_swiglu_available()) fail("matmul_bf16_swiglu needs AVX512-BF16");
+  if (!bf16_rows_writable()) fail("matmul_bf16_swiglu needs AVX512-BF16");
   const int64_t n = x.n();
   if (n == 0) return;
 #if defined(__x86_64__)

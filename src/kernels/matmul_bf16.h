@@ -67,9 +67,10 @@ class Bf16Activations {
   // Token t's row as its kernel takes it: 32-bit input pairs, or (AVX2) floats.
   const uint32_t* pairs(int64_t t) const;
   const float* floats(int64_t t) const;
-  // Token t's row of bf16 for a product that writes this form directly (matmul_bf16_swiglu;
-  // AVX512-BF16 only, where the form is bf16).
+  // Token t's row of bf16, for a producer that writes this form directly (where
+  // bf16_rows_writable()): `stride()` elements apart.
   uint16_t* bf16_row(int64_t t);
+  int64_t stride() const { return stride_; }
 
  private:
   int64_t n_ = 0, cols_ = 0, stride_ = 0;
@@ -84,8 +85,9 @@ class Bf16Activations {
 void matmul_bf16_packed_group(ThreadPool& pool, const Bf16Activations& x, std::span<const WeightMatrix* const> ws,
                               std::span<float* const> ys);
 
-// Whether matmul_bf16_swiglu runs on this CPU (AVX512-BF16).
-bool bf16_swiglu_available();
+// Whether the bf16-product form holds bf16 rows, which a producer may write directly
+// (AVX512-BF16; on AVX2 it holds floats): matmul_bf16_swiglu runs where it does.
+bool bf16_rows_writable();
 // A SwiGLU MLP's first half in one parallel loop: out = silu(x · gateᵀ) ∘ (x · upᵀ), rounded
 // to bf16 straight into down's input form, for packed gate and up of one shape (out sized
 // for x.n() rows of gate.rows inputs). The same bits as the two products, silu_mul and

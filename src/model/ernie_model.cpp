@@ -560,22 +560,35 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
     }
   }
 
-  float* attended = sized(attended_, n * q_width);
   const AttentionShape shape{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
                              kv_storage_};
-  // The output is o's input, rounded for bf16 products as each item writes its heads'
-  // columns (after the C8 value scales where there are any).
-  attended_input_.reset(attended, n, q_width);
-  attended_input_.round_while_writing(layer.attention.o);
+  // The output is o's input. Where o multiplies in bf16 products and attention does too,
+  // the kernel writes it rounded to bf16 directly (no fp32 copy to write and read back);
+  // else each item rounds its heads' columns as it writes them (after the C8 value scales
+  // where there are any).
+  Bf16Activations* rounded = !static_kv && attention_uses_bf16_products(shape) && q_width % 2 == 0
+                                 ? attended_input_.bf16_form_alone(layer.attention.o, n, q_width)
+                                 : nullptr;
+  float* attended = rounded != nullptr ? nullptr : sized(attended_, n * q_width);
+  if (rounded == nullptr) {
+    attended_input_.reset(attended, n, q_width);
+    attended_input_.round_while_writing(layer.attention.o);
+  }
   const int64_t item_width = static_cast<int64_t>(heads / kv_heads) * hd;
   pool_.parallel_for(attention_items_.size(), 1, [&](size_t begin, size_t end) {
     AttentionScratch& scratch = thread_attention_scratch();
     for (size_t i = begin; i < end; ++i) {
       const AttentionItem& item = attention_items_[i];
       const TokenSlot& first = slots_[static_cast<size_t>(item.first_token)];
-      causal_attention_group(shape, key_rows_[static_cast<size_t>(item.sequence)].data(),
-                             value_rows_[static_cast<size_t>(item.sequence)].data(), item.kv_head,
-                             q + item.first_token * q_width, q_width, first.position, item.num_tokens,
+      const void* const* keys = key_rows_[static_cast<size_t>(item.sequence)].data();
+      const void* const* values = value_rows_[static_cast<size_t>(item.sequence)].data();
+      const float* item_q = q + item.first_token * q_width;
+      if (rounded != nullptr) {
+        causal_attention_group(shape, keys, values, item.kv_head, item_q, q_width, first.position, item.num_tokens,
+                               rounded->bf16_row(item.first_token), rounded->stride(), scratch);
+        continue;
+      }
+      causal_attention_group(shape, keys, values, item.kv_head, item_q, q_width, first.position, item.num_tokens,
                              attended + item.first_token * q_width, q_width, scratch);
       if (!static_kv)
         attended_input_.round_written(item.first_token, item.first_token + item.num_tokens, item.kv_head * item_width,

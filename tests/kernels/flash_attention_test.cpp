@@ -14,6 +14,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "tensor/dtype.h"
+#include "util/error.h"
 #include "util/random.h"
 
 namespace ernie {
@@ -324,6 +325,51 @@ TEST(FlashAttention, Bf16ProductsGiveARowTheSameBitsInEveryTile) {
     for (int64_t t : {0, 1, 63, 64, 65, 100, 149}) {
       run(t, 1, alone.data());
       ASSERT_EQ(0, std::memcmp(alone.data(), whole.data() + t * stride, alone.size() * sizeof(float))) << "position " << t;
+    }
+  }
+}
+
+// With bf16 output the kernel writes what the fp32 output rounds to, bit for bit (the
+// o projection's input, written directly), leaving other heads' columns alone; it
+// refuses where it would not multiply in bf16.
+TEST(FlashAttention, Bf16OutputIsTheRoundedFp32Output) {
+  AttentionScratch scratch;
+  Random random(78);
+  const AttentionShape fp32_cache{16, 2, 128, 0.088f, KvStorage::kF32};
+  uint16_t unused[16 * 128];
+  EXPECT_THROW(causal_attention_group(fp32_cache, nullptr, nullptr, 0, nullptr, 16 * 128, 0, 1, unused, 16 * 128, scratch),
+               Error);
+  if (!(active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16))
+    GTEST_SKIP() << "no AVX512-BF16 here: bf16 output is refused (above)";
+  struct ProductsOn {
+    ProductsOn() { set_bf16_products(true); }
+    ~ProductsOn() { set_bf16_products(false); }
+  } on;
+  for (const auto& [heads, kv_heads, head_dim] : std::vector<std::tuple<int, int, int>>{{16, 2, 128}, {20, 4, 64}}) {
+    SCOPED_TRACE(::testing::Message() << heads << " heads, " << kv_heads << " kv heads, head_dim " << head_dim);
+    constexpr int kTokens = 170;
+    const AttentionShape shape{heads, kv_heads, head_dim, static_cast<float>(1.0 / std::sqrt(double(head_dim))),
+                               KvStorage::kBF16};
+    const Cache cache = make_cache(kTokens, kv_heads, head_dim, KvStorage::kBF16, random);
+    const int64_t stride = int64_t{heads} * head_dim;
+    std::vector<float> q(static_cast<size_t>(kTokens * stride)), out(q.size());
+    for (float& x : q) x = static_cast<float>(random.normal());
+    std::vector<uint16_t> rounded(q.size(), 0xbeef);
+    for (int kv = 0; kv < kv_heads; ++kv) {
+      // Tokens 0..99 from position 0, then 100..169 as a second chunk.
+      for (const auto& [first, count] : {std::pair<int64_t, int>{0, 100}, {100, kTokens - 100}}) {
+        causal_attention_group(shape, cache.key_rows.data(), cache.value_rows.data(), kv, q.data() + first * stride,
+                               stride, first, count, out.data() + first * stride, stride, scratch);
+        causal_attention_group(shape, cache.key_rows.data(), cache.value_rows.data(), kv, q.data() + first * stride,
+                               stride, first, count, rounded.data() + first * stride, stride, scratch);
+      }
+      const int64_t group_width = int64_t{heads / kv_heads} * head_dim;
+      for (int64_t t = 0; t < kTokens; ++t)
+        for (int64_t c = 0; c < stride; ++c) {
+          const bool written = c / group_width <= kv;  // heads of kv heads done so far
+          const size_t i = static_cast<size_t>(t * stride + c);
+          ASSERT_EQ(rounded[i], written ? f32_to_bf16(out[i]) : uint16_t{0xbeef}) << "token " << t << " column " << c;
+        }
     }
   }
 }

@@ -226,31 +226,6 @@ BENCHMARK(BM_MatmulStream)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Prefill as a forward pass sees it: n tokens through many distinct matrices, so each
-// panel's first pass reads it from memory. Args: rows, cols, matrices, n.
-void BM_MatmulPrefillStream(benchmark::State& state) {
-  const int64_t rows = state.range(0), cols = state.range(1), count = state.range(2), n = state.range(3);
-  set_bf16_products(true);
-  std::vector<Operands> matrices;
-  for (int64_t i = 0; i < count; ++i) matrices.push_back(make_operands(WeightFormat::kDense, n, rows, cols));
-  MatmulInput input;
-  double flops = 0;
-  for (auto _ : state) {
-    for (Operands& o : matrices) {
-      input.reset(o.x.data(), n, cols);
-      matmul(pool(), input, o.weight, o.y.data());
-      benchmark::DoNotOptimize(o.y.data());
-      flops += 2.0 * static_cast<double>(n * rows * cols);
-    }
-  }
-  state.counters["GFLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-}
-BENCHMARK(BM_MatmulPrefillStream)
-    ->ArgsProduct({{3072}, {1024}, {1, 16}, {512}})
-    ->ArgNames({"rows", "cols", "matrices", "n"})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-
 // silu(gate)·up over one prefill's MLP rows of the 0.3B (512 x 3072), on one thread.
 void BM_SiluMul(benchmark::State& state) {
   const int64_t count = 512 * 3072;

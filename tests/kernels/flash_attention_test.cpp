@@ -253,16 +253,20 @@ TEST(FlashAttention, BidirectionalSeesEveryKey) {
   }
 }
 
+// bf16 products on for one test, as `ernie serve` switches them on.
+struct Bf16ProductsOn {
+  Bf16ProductsOn() { set_bf16_products(true); }
+  ~Bf16ProductsOn() { set_bf16_products(false); }
+};
+bool cpu_has_bf16_products() { return active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16; }
+
 // bf16 products switched on, as `ernie serve` does: bf16 rows with head_dim in whole 32s
 // multiply in bf16 (where the CPU has AVX512-BF16), decode-sized calls (up to 8 rows) and
 // prefill tiles alike; every other call keeps fp32, and each is checked against its
 // documented numerics.
 TEST(FlashAttention, Bf16ProductsMatchTheRoundedQueryReference) {
-  struct ProductsOn {
-    ProductsOn() { set_bf16_products(true); }
-    ~ProductsOn() { set_bf16_products(false); }
-  } on;
-  const bool cpu_has_them = active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16;
+  const Bf16ProductsOn on;
+  const bool cpu_has_them = cpu_has_bf16_products();
   const AttentionShape prefill{16, 2, 128, 0.088f, KvStorage::kBF16};
   EXPECT_EQ(attention_uses_bf16_products(prefill), cpu_has_them);
   EXPECT_FALSE(attention_uses_bf16_products({16, 2, 128, 0.088f, KvStorage::kF32}));
@@ -292,12 +296,9 @@ TEST(FlashAttention, Bf16ProductsMatchTheRoundedQueryReference) {
 // same order in every tile, and the probabilities' rounding to bf16 would otherwise turn
 // last-bit differences into 2^-8 ones.
 TEST(FlashAttention, Bf16ProductsGiveARowTheSameBitsInEveryTile) {
-  if (!(active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16))
+  if (!cpu_has_bf16_products())
     GTEST_SKIP() << "no AVX512-BF16 here: the fp32 kernels run, which do not promise this";
-  struct ProductsOn {
-    ProductsOn() { set_bf16_products(true); }
-    ~ProductsOn() { set_bf16_products(false); }
-  } on;
+  const Bf16ProductsOn on;
   AttentionScratch scratch;
   Random random(77);
   for (const auto& [heads, kv_heads, head_dim] : std::vector<std::tuple<int, int, int>>{{8, 2, 64}, {16, 2, 128}, {20, 4, 128}}) {
@@ -339,12 +340,9 @@ TEST(FlashAttention, Bf16OutputIsTheRoundedFp32Output) {
   uint16_t unused[16 * 128];
   EXPECT_THROW(causal_attention_group(fp32_cache, nullptr, nullptr, 0, nullptr, 16 * 128, 0, 1, unused, 16 * 128, scratch),
                Error);
-  if (!(active_isa_level() == IsaLevel::kAvx512 && cpu_features().avx512_bf16))
+  if (!cpu_has_bf16_products())
     GTEST_SKIP() << "no AVX512-BF16 here: bf16 output is refused (above)";
-  struct ProductsOn {
-    ProductsOn() { set_bf16_products(true); }
-    ~ProductsOn() { set_bf16_products(false); }
-  } on;
+  const Bf16ProductsOn on;
   for (const auto& [heads, kv_heads, head_dim] : std::vector<std::tuple<int, int, int>>{{16, 2, 128}, {20, 4, 64}}) {
     SCOPED_TRACE(::testing::Message() << heads << " heads, " << kv_heads << " kv heads, head_dim " << head_dim);
     constexpr int kTokens = 170;

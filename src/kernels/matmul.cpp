@@ -435,7 +435,7 @@ bool MatmulInput::round_while_writing(const WeightMatrix& w) {
 
 void MatmulInput::need_floats(const char* form) const {
   if (x_ == nullptr && n_ > 0)
-    fail("an input written in bf16-product form alone (a fused SwiGLU's) has no ", form, " form");
+    fail("an input written in bf16-product form alone (by a fused SwiGLU or bf16 attention) has no ", form, " form");
 }
 
 const QuantizedActivations& MatmulInput::int8_for(ThreadPool& pool, const WeightMatrix& w) {

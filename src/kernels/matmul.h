@@ -55,7 +55,7 @@ class MatmulInput {
   Bf16Activations* bf16_form_alone(const WeightMatrix& w, int64_t n, int64_t cols);
 
  private:
-  // Fails for an input that exists in the bf16-product form alone (matmul_swiglu's output).
+  // Fails for an input that exists in the bf16-product form alone (bf16_form_alone).
   void need_floats(const char* form) const;
 
   const float* x_ = nullptr;

@@ -196,7 +196,7 @@ ERNIE_BF16_TARGET void swiglu_tile(const uint16_t* gate_panel, const uint16_t* u
     for (int c = 0; c < kCols && c < cols; c += 32) {
       const __m512 low = _mm512_load_ps(&gate_values[t][c]);
       const __m512 high = c + 16 < kCols ? _mm512_load_ps(&gate_values[t][c + 16]) : _mm512_setzero_ps();
-      const int64_t width = std::min<int64_t>(32, cols - c);
+      const int64_t width = std::min<int64_t>({32, kCols - c, cols - c});  // never past this tile's columns
       const auto mask = static_cast<__mmask32>(width >= 32 ? 0xffffffffu : (1u << width) - 1u);
       _mm512_mask_storeu_epi16(out[t] + first_col + c, mask, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(high, low)));
     }

@@ -38,8 +38,11 @@ async function decodeInstance(queuePorts, env = {}) {
      '--engine-worker-queue-port', String(await freePort()), '--innode-prefill-ports', queuePorts.join(','),
      '--splitwise-role', 'decode'],
     { INFERENCE_MSG_QUEUE_ID: '1215', FD_LOG_DIR: `${logRoot}/decode`, ...env }, shipped));
-  // The first status round from its prefill instances.
-  for (let i = 0; i < 50 && !/prefill instance .* is up/.test(server.output()); ++i) await new Promise((r) => setTimeout(r, 100));
+  // The first status round from every prefill instance (at most 10 s: an unreachable one
+  // never reports). Tests that count on which instance takes a task need all of them
+  // known: with only some reported, the task goes to one of those.
+  const allUp = () => queuePorts.every((port) => new RegExp(`prefill instance \\S+-${port}\\.ipc is up`).test(server.output()));
+  for (let i = 0; i < 100 && !allUp(); ++i) await new Promise((r) => setTimeout(r, 100));
   return server;
 }
 
@@ -143,7 +146,9 @@ test('a prefill instance killed mid-request: the task moves to another, then to 
     assert.match(decode.output(), /is computed here: /);
   } finally {
     assert.equal(await decode.stop(), 0);
-    await first.server.exited;
+    // Neither instance may outlive a failed assertion: a live child keeps the runner waiting.
+    await first.server.stop('SIGKILL');
+    await second.server.stop('SIGKILL');
   }
 });
 

@@ -564,8 +564,8 @@ void ErnieModel::attention_block(const DecoderLayerWeights& layer, int layer_ind
                              kv_storage_};
   // The output is o's input. Where o multiplies in bf16 products and attention does too,
   // the kernel writes it rounded to bf16 directly (no fp32 copy to write and read back;
-  // an even width leaves no padding input to zero); else each item rounds its heads' columns as it writes them (after the C8 value scales
-  // where there are any).
+  // an even width leaves no padding input to zero); else each item rounds its heads'
+  // columns as it writes them (after the C8 value scales where there are any).
   Bf16Activations* rounded = !static_kv && attention_uses_bf16_products(shape) && q_width % 2 == 0
                                  ? attended_input_.bf16_form_alone(layer.attention.o, n, q_width)
                                  : nullptr;
